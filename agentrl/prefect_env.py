@@ -1,0 +1,25 @@
+"""Prefect settings for local runs: offline, and a Prefect home of agentrl's own."""
+
+from __future__ import annotations
+
+import os
+
+from agentrl_core.models.store import agentrl_home
+
+
+def configure_local_prefect() -> None:
+    """Set (unless the user already did) the environment Prefect reads at import time.
+
+    Without PREFECT_API_URL a flow starts a temporary server; giving it its own PREFECT_HOME
+    and a longer start-up timeout keeps concurrent local runs from colliding (REFERENCE.md §2).
+    """
+    defaults = {
+        "PREFECT_HOME": str(agentrl_home() / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_UI_V2_ENABLED": "false",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+        "PREFECT_LOGGING_LEVEL": "INFO",
+    }
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)

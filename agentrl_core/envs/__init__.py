@@ -1,0 +1,38 @@
+"""Environments: the Env contract, the registry, check_env, one HTTP server and one client.
+
+Importing this package registers the built-in envs ("countdown", "household"). The HTTP pieces
+(client, server) load on first use, so importing the package stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrl_core.envs.base import Env, StepResult
+from agentrl_core.envs.checker import check_env
+from agentrl_core.envs.registry import env_class, make, names, register
+
+from agentrl_core.envs import countdown as _countdown  # noqa: F401,E402  (registers "countdown")
+from agentrl_core.envs import household as _household  # noqa: F401,E402  (registers "household")
+
+_LAZY = {
+    "EnvClient": "agentrl_core.envs.client",
+    "RemoteEnv": "agentrl_core.envs.client",
+    "launch_server": "agentrl_core.envs.launcher",
+    "ServerProcess": "agentrl_core.envs.launcher",
+    "create_app": "agentrl_core.envs.server",
+}
+
+__all__ = [
+    "Env", "EnvClient", "RemoteEnv", "ServerProcess", "StepResult", "check_env", "create_app",
+    "env_class", "launch_server", "make", "names", "register",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Load the HTTP client/server modules on first access (PEP 562)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agentrl_core.envs' has no attribute {name!r}")

@@ -1,0 +1,158 @@
+"""Wire types: the pydantic request/response models shared by the env server and its client.
+
+Native API (one server for every env) and AgentGym's convention A (`/create`, `/reset`, `/step`,
+`/observation`, `/available_actions`, `/detail`, `/close`) for clients users already have.
+Errors travel as a real HTTP status plus an `ErrorResponse` body naming the error type.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Request(BaseModel):
+    """Native requests reject unknown keys (a typo is a 422 that names the key, not a silent default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- native API ----------------------------------------------------------------------------------
+class EnvInfo(BaseModel):
+    """What a client needs to know about one hosted env."""
+
+    name: str
+    action_format: str
+    reward_range: tuple[float, float]
+    system_prompt: str
+    max_steps: int
+    split_sizes: dict[str, int]
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"
+    envs: list[str]
+    sessions: int
+
+
+class TaskIdsResponse(BaseModel):
+    task_ids: list[int]
+
+
+class CreateSessionRequest(_Request):
+    """Create a session of `env` and reset it to `task_id`."""
+
+    env: str
+    task_id: int
+    seed: int | None = None
+    options: dict[str, Any] | None = None
+
+
+class ResetRequest(_Request):
+    task_id: int
+    seed: int | None = None
+    options: dict[str, Any] | None = None
+
+
+class SessionResponse(BaseModel):
+    """The observation after create or reset."""
+
+    session_id: int
+    observation: str
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepRequest(_Request):
+    action: str
+
+
+class StepResponse(BaseModel):
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExpertResponse(BaseModel):
+    action: str
+
+
+class ErrorResponse(BaseModel):
+    """Body of every non-2xx response: `error` is the exception type name, `detail` says what to do."""
+
+    error: str
+    detail: str
+
+
+ERROR_STATUS: dict[str, int] = {
+    "UnknownEnvError": 404,
+    "SessionNotFoundError": 404,
+    "TaskNotFoundError": 404,
+    "NotFound": 404,
+    "ResetNeededError": 409,
+    "InvalidRequestError": 422,
+    "TooManySessionsError": 429,
+    "EnvServerError": 500,
+}
+"""Error type name -> HTTP status, as the server sends them."""
+
+
+# -- AgentGym convention A -----------------------------------------------------------------------
+class _AgentGymRequest(BaseModel):
+    """AgentGym clients send extra keys (e.g. ALFWorld's `world_type`): accept and ignore them."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class AgentGymCreateResponse(BaseModel):
+    id: int
+
+
+class AgentGymResetRequest(_AgentGymRequest):
+    """The task index arrives as `data_idx` (most AgentGym envs) or `game` (ALFWorld)."""
+
+    id: int
+    data_idx: int | None = None
+    game: int | None = None
+
+    @model_validator(mode="after")
+    def _needs_task(self) -> "AgentGymResetRequest":
+        if self.data_idx is None and self.game is None:
+            raise ValueError("give the task index as `data_idx` (or `game`)")
+        return self
+
+    @property
+    def task_id(self) -> int:
+        return self.data_idx if self.data_idx is not None else int(self.game)  # type: ignore[arg-type]
+
+
+class AgentGymResetResponse(BaseModel):
+    id: int
+    observation: str
+    available_actions: list[str] = Field(default_factory=list)
+    reward: float = 0.0
+    done: bool = False
+
+
+class AgentGymStepRequest(_AgentGymRequest):
+    id: int
+    action: str
+
+
+class AgentGymStepResponse(BaseModel):
+    observation: str
+    reward: float
+    done: bool
+    available_actions: list[str] = Field(default_factory=list)
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentGymCloseRequest(_AgentGymRequest):
+    id: int
+
+
+class AgentGymCloseResponse(BaseModel):
+    id: int
+    closed: bool = True

@@ -1,0 +1,190 @@
+"""Evaluation metrics: pass@k, per-model summaries of episode results, and comparison tables.
+
+Errored episodes (infrastructure failures) are counted and left out of every rate: scoring
+them 0 would blame the model for the harness.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimate from n samples of which c succeeded (Chen et al. 2021).
+
+    pass@k = 1 − C(n−c, k) / C(n, k) = 1 − ∏_{i=n−c+1}^{n} (1 − k/i)   (the product avoids huge
+    binomials); 1.0 when n − c < k, i.e. every k-subset holds a success.
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n, got k={k}, n={n}: draw at least k samples per task")
+    if not 0 <= c <= n:
+        raise ValueError(f"successes c={c} must be between 0 and n={n}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """One evaluated episode: sample `sample` of task `task_id`."""
+
+    task_id: int
+    sample: int
+    reward: float
+    success: bool
+    steps: int
+    error: str | None = None  # set when the episode failed for a reason outside the model
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """Aggregates of one model's episodes; rates are None when no episode could be scored."""
+
+    n_tasks: int
+    n_episodes: int
+    k: int
+    success_rate: float | None
+    mean_reward: float | None
+    mean_steps: float | None
+    pass_at_k: dict[int, float | None] = field(default_factory=dict)
+    pass_at_k_tasks: dict[int, int] = field(default_factory=dict)  # tasks averaged for each pass@j
+    n_errors: int = 0
+
+    def to_dict(self) -> dict:
+        """JSON-safe dict (pass@k keys as strings)."""
+        data = asdict(self)
+        data["pass_at_k"] = {str(j): v for j, v in self.pass_at_k.items()}
+        data["pass_at_k_tasks"] = {str(j): v for j, v in self.pass_at_k_tasks.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> EvalSummary:
+        """Inverse of `to_dict` (e.g. for a summary passed between tasks as JSON)."""
+        fields = dict(data)
+        fields["pass_at_k"] = {int(j): v for j, v in data["pass_at_k"].items()}
+        fields["pass_at_k_tasks"] = {int(j): v for j, v in data.get("pass_at_k_tasks", {}).items()}
+        return cls(**fields)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _group_by_task(results: list[EpisodeResult]) -> dict[int, list[EpisodeResult]]:
+    by_task: dict[int, list[EpisodeResult]] = defaultdict(list)
+    seen: set[tuple[int, int]] = set()
+    for result in results:
+        key = (result.task_id, result.sample)
+        if key in seen:
+            raise ValueError(f"duplicate result for task {result.task_id} sample {result.sample}")
+        seen.add(key)
+        by_task[result.task_id].append(result)
+    return by_task
+
+
+def _pass_at(by_task: dict[int, list[EpisodeResult]], j: int) -> tuple[float | None, int]:
+    """Mean pass@j over tasks with at least j scored samples, and how many tasks that is."""
+    scores = []
+    for episodes in by_task.values():
+        scored = [e for e in episodes if e.error is None]
+        if len(scored) >= j:
+            scores.append(pass_at_k(len(scored), sum(e.success for e in scored), j))
+    return _mean(scores), len(scores)
+
+
+def summarize(results: list[EpisodeResult], k: int | None = None) -> EvalSummary:
+    """Summarise one model's episodes.
+
+    success_rate, mean_reward, mean_steps: means over non-error episodes.
+    pass@j for j in {1, k}: per task n = its non-error samples, c = its successes, then the mean
+    over tasks with n >= j (`pass_at_k_tasks` says how many). `k` defaults to the largest
+    number of samples any task has.
+    """
+    if not results:
+        raise ValueError("summarize() needs at least one EpisodeResult")
+    by_task = _group_by_task(results)
+    k = k if k is not None else max(len(episodes) for episodes in by_task.values())
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    scored = [r for r in results if r.error is None]
+    passes = {j: _pass_at(by_task, j) for j in sorted({1, k})}
+    return EvalSummary(
+        n_tasks=len(by_task),
+        n_episodes=len(results),
+        k=k,
+        success_rate=_mean([float(r.success) for r in scored]),
+        mean_reward=_mean([float(r.reward) for r in scored]),
+        mean_steps=_mean([float(r.steps) for r in scored]),
+        pass_at_k={j: value for j, (value, _) in passes.items()},
+        pass_at_k_tasks={j: count for j, (_, count) in passes.items()},
+        n_errors=len(results) - len(scored),
+    )
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def summary_rows(rows: dict[str, EvalSummary]) -> list[dict]:
+    """One JSON-safe dict per model (for a table artifact); None where nothing was scored."""
+    return [
+        {
+            "model": name,
+            "success_rate": _rounded(s.success_rate),
+            "pass@1": _rounded(s.pass_at_k.get(1)),
+            "pass@k": _rounded(s.pass_at_k.get(s.k)),
+            "k": s.k,
+            "mean_reward": _rounded(s.mean_reward),
+            "mean_steps": _rounded(s.mean_steps, 2),
+            "n_tasks": s.n_tasks,
+            "n_errors": s.n_errors,
+        }
+        for name, s in rows.items()
+    ]
+
+
+def _cells(rows: dict[str, EvalSummary]) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells shared by the text and markdown tables."""
+    ks = {s.k for s in rows.values()}
+    mixed = len(ks) > 1  # models sampled differently: say each row's k in its cell
+    pass_k = "pass@k" if mixed or not ks else f"pass@{ks.pop()}"
+
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{100 * value:.1f}%"
+
+    def num(value: float | None, digits: int) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    header = ["model", "success", "pass@1", pass_k, "mean reward", "mean steps", "errors"]
+    body = [
+        [name, pct(s.success_rate), pct(s.pass_at_k.get(1)),
+         pct(s.pass_at_k.get(s.k)) + (f" (k={s.k})" if mixed else ""),
+         num(s.mean_reward, 3), num(s.mean_steps, 1), str(s.n_errors)]
+        for name, s in rows.items()
+    ]
+    return header, body
+
+
+def render_table(rows: dict[str, EvalSummary]) -> str:
+    """Plain-text table, columns aligned (model names left, numbers right)."""
+    header, body = _cells(rows)
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+
+    def fmt(line: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt(header), rule, *(fmt(line) for line in body)])
+
+
+def to_markdown(rows: dict[str, EvalSummary]) -> str:
+    """Markdown pipe table of the same columns as `render_table`."""
+    header, body = _cells(rows)
+    align = ["---"] + ["---:"] * (len(header) - 1)
+    lines = [header, align, *body]
+    return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |" for line in lines)

@@ -1,0 +1,12 @@
+"""Rollout: engines, the multi-turn agent loop, trajectories and expert demonstrations."""
+
+from agentrl_core.rollout.agent_loop import EpisodeSpec, LoopLimits, run_episodes
+from agentrl_core.rollout.demos import collect_demos, expert_episode
+from agentrl_core.rollout.engine import Engine, Generation, HFEngine
+from agentrl_core.rollout.io import read_trajectories, write_trajectories
+from agentrl_core.rollout.trajectory import Trajectory
+
+__all__ = [
+    "Engine", "EpisodeSpec", "Generation", "HFEngine", "LoopLimits", "Trajectory", "collect_demos",
+    "expert_episode", "read_trajectories", "run_episodes", "write_trajectories",
+]

@@ -1,0 +1,1 @@
+"""Training: the SFT and GRPO stages, their policy updates, optimizer, metrics and sessions."""

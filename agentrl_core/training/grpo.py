@@ -1,0 +1,115 @@
+"""The GRPO stage: roll out groups per task, update the policy, log, checkpoint; resumable."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from agentrl_core.config import RecipeConfig
+from agentrl_core.envs import EnvClient, RemoteEnv
+from agentrl_core.models import load_model
+from agentrl_core.models.chat import ChatFormat
+from agentrl_core.rollout import EpisodeSpec, HFEngine, LoopLimits, Trajectory, run_episodes, write_trajectories
+from agentrl_core.training.policy_update import UpdateContext, policy_update
+from agentrl_core.training.session import StageResult, TrainingSession, open_session
+from agentrl_core.training.timing import timed
+
+log = logging.getLogger(__name__)
+StepCallback = Callable[[int, int, dict[str, float]], None]
+
+
+def step_tasks(train_ids: Sequence[int], step: int, cfg: RecipeConfig) -> list[int]:
+    """The tasks of one step: a deterministic draw from (seed, step), so a resumed run sees the same."""
+    rng = random.Random(cfg.trainer.seed * 1_000_003 + step)
+    return rng.sample(list(train_ids), min(cfg.rollout.tasks_per_step, len(train_ids)))
+
+
+def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Reward, success, length and signal statistics of one batch (errors excluded, counted)."""
+    ok = [t for t in trajs if t.error is None]
+    n = max(1, len(ok))
+    groups: dict[int, set[float]] = {}
+    for t in ok:
+        groups.setdefault(t.group, set()).add(t.reward)
+    return {
+        "reward_mean": sum(t.reward for t in ok) / n,
+        "success_rate": sum(t.success for t in ok) / n,
+        "response_length": sum(t.response_tokens for t in ok) / n,
+        "turns_mean": sum(t.num_turns for t in ok) / n,
+        "truncated_rate": sum(t.truncated for t in ok) / n,
+        "errors": float(len(trajs) - len(ok)),
+        "groups_with_signal": sum(len(r) > 1 for r in groups.values()) / max(1, len(groups)),
+    }
+
+
+def grpo_step(session: TrainingSession, engine: HFEngine, chat: ChatFormat, env_factory: Callable[[], Any],
+              train_ids: Sequence[int], step: int, cfg: RecipeConfig, ref_model: Any | None) -> dict[str, float]:
+    """One step: rollout → (log) → policy update. Returns the step's metrics."""
+    timings: dict[str, float] = {}
+    specs = [EpisodeSpec(task_id=t, group=g, sample=s)
+             for g, t in enumerate(step_tasks(train_ids, step, cfg)) for s in range(cfg.rollout.group_size)]
+    limits = LoopLimits(cfg.env.max_turns, cfg.rollout.max_context_tokens)
+    with timed("rollout", timings):
+        session.model.eval()
+        trajs = run_episodes(engine, chat, env_factory, specs, cfg.rollout.sampling, limits,
+                             seed=cfg.trainer.seed * 7919 + step * 104_729)
+    write_trajectories(session.stage_dir / "rollout_log" / f"step_{step + 1:06d}.parquet", trajs, step=step + 1)
+    usable = [t for t in trajs if t.error is None and t.response_tokens > 0]
+    metrics = rollout_metrics(trajs)
+    with timed("train", timings):
+        session.model.train()
+        ctx = UpdateContext(session.model, session.optimizer, session.scheduler, cfg.algorithm, cfg.trainer.optim.grad_clip,
+                            cfg.trainer.micro_batch_tokens, engine.pad_id, _train_temperature(cfg), ref_model,
+                            cfg.model.autocast)
+        if usable:
+            metrics.update(policy_update(ctx, usable, epochs=cfg.trainer.ppo_epochs))
+    metrics.update(timings)
+    gen_tokens = sum(t.response_tokens for t in trajs)
+    all_tokens = sum(len(t.token_ids) for t in usable)
+    metrics["rollout_tokens_per_s"] = gen_tokens / max(1e-9, timings["time/rollout_s"])
+    metrics["train_tokens_per_s"] = all_tokens / max(1e-9, timings["time/train_s"])
+    metrics["time/step_s"] = timings["time/rollout_s"] + timings["time/train_s"]
+    return metrics
+
+
+def _train_temperature(cfg: RecipeConfig) -> float:
+    t = cfg.rollout.sampling.temperature
+    return t if t > 0 else 1.0
+
+
+def _reference_model(cfg: RecipeConfig, init_model: Path) -> Any | None:
+    if cfg.algorithm.kl_coef <= 0:
+        return None
+    ref = load_model(init_model, dtype=cfg.model.dtype)
+    ref.requires_grad_(False)
+    return ref.eval()
+
+
+def train_grpo(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: Path | None = None,
+               on_step: StepCallback | None = None) -> StageResult:
+    """Run (or resume) the GRPO stage to `trainer.steps`; returns its last checkpoint."""
+    stage_dir = stage_dir or cfg.run_dir / "grpo"
+    torch.manual_seed(cfg.trainer.seed)
+    session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.trainer.steps, resume=cfg.trainer.resume,
+                           dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    engine = HFEngine(session.model, session.tokenizer, autocast=cfg.model.autocast)
+    chat = ChatFormat(session.tokenizer)
+    ref_model = _reference_model(cfg, init_model)
+    last: dict[str, float] = {}
+    with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client, session.writer:
+        train_ids = client.task_ids(cfg.env.name, "train")[: cfg.env.train_tasks]
+        factory = lambda: RemoteEnv(client, cfg.env.name)  # noqa: E731
+        for step in range(session.start_step, cfg.trainer.steps):
+            last = grpo_step(session, engine, chat, factory, train_ids, step, cfg, ref_model)
+            session.writer.log(step + 1, last)
+            if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == cfg.trainer.steps:
+                session.save(step + 1, cfg.trainer.keep_last, {"metrics": last})
+            if on_step is not None:
+                on_step(step + 1, cfg.trainer.steps, last)
+        if cfg.trainer.steps == 0 and session.start_step == 0:
+            session.save(0, cfg.trainer.keep_last)
+    return StageResult("grpo", str(session.last_checkpoint()), cfg.trainer.steps, session.start_step, last)

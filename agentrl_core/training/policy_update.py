@@ -1,0 +1,113 @@
+"""One RL optimizer step: advantages, then the policy loss accumulated over micro-batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from agentrl_core import algorithms as alg
+from agentrl_core.config import AlgorithmConfig
+from agentrl_core.rollout.trajectory import Trajectory
+from agentrl_core.training.batching import MicroBatch, collate, plan_micro_batches
+from agentrl_core.training.logprobs import token_logprobs
+
+
+@dataclass
+class UpdateContext:
+    """What the update needs besides the data."""
+
+    model: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    algorithm: AlgorithmConfig
+    grad_clip: float
+    micro_batch_tokens: int
+    pad_id: int
+    temperature: float = 1.0
+    ref_model: Any | None = None
+    autocast: str = "off"
+
+
+def sequence_advantages(trajs: Sequence[Trajectory], cfg: AlgorithmConfig) -> torch.Tensor:
+    """One advantage per trajectory from the configured estimator (outcome reward, group = task)."""
+    rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+    groups = torch.tensor([t.group for t in trajs], dtype=torch.long)
+    ones = torch.ones((len(trajs), 1))
+    return alg.get_advantage_estimator(cfg.advantage)(rewards, groups, ones, cfg)[:, 0]
+
+
+def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int = 1) -> dict[str, float]:
+    """`epochs` optimizer steps over the batch, each accumulating all micro-batches.
+
+    loss = agg(pg_loss) + β·agg(KL(π‖π_ref)) − c_H·agg(H), every term normalised by the global
+    batch so micro-batching does not change it. The old log-probs are the policy's before the
+    first step: with one epoch they equal the current ones (detached, ratio = 1, no extra
+    forward); with more they come from a no-grad pass and the PPO clip becomes active.
+    """
+    cfg = ctx.algorithm
+    adv = sequence_advantages(trajs, cfg)
+    plan = plan_micro_batches([len(t.token_ids) for t in trajs], ctx.micro_batch_tokens)
+    batches = [collate(trajs, idx, ctx.pad_id, adv) for idx in plan]
+    full_mask = torch.cat([b.target_mask.sum(1) for b in batches])
+    norm = alg.LossNorm(global_tokens=float(full_mask.sum().clamp(min=1)), global_seqs=float(len(trajs)),
+                        scale_tokens=float(cfg.loss_scale_tokens))
+    olds = _old_logprobs(ctx, batches) if epochs > 1 else [None] * len(batches)
+    totals: dict[str, float] = {}
+    for _ in range(epochs):
+        for mb, old in zip(batches, olds):
+            for k, v in _micro_step(ctx, mb, norm, old).items():
+                totals[k] = totals.get(k, 0.0) + v / epochs
+        totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / epochs
+    totals.update(adv_abs_mean=float(adv.abs().mean()), lr=float(ctx.scheduler.get_last_lr()[0]),
+                  micro_batches=float(len(batches)))
+    return totals
+
+
+def _optimizer_step(ctx: UpdateContext) -> float:
+    grad_norm = torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), ctx.grad_clip)
+    ctx.optimizer.step()
+    ctx.scheduler.step()
+    ctx.optimizer.zero_grad(set_to_none=True)
+    return float(grad_norm)
+
+
+@torch.no_grad()
+def _old_logprobs(ctx: UpdateContext, batches: list[MicroBatch]) -> list[torch.Tensor]:
+    return [token_logprobs(ctx.model, mb.input_ids, mb.attention_mask, mb.target_mask,
+                           temperature=ctx.temperature, autocast=ctx.autocast).logprobs for mb in batches]
+
+
+def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: torch.Tensor | None) -> dict[str, float]:
+    cfg = ctx.algorithm
+    # entropy is logged every step; it costs one softmax over the model's own tokens only
+    stats = token_logprobs(ctx.model, mb.input_ids, mb.attention_mask, mb.target_mask,
+                           temperature=ctx.temperature, with_entropy=True, autocast=ctx.autocast)
+    mask = mb.target_mask
+    old = stats.logprobs.detach() if old_logprobs is None else old_logprobs
+    pg, pg_stats = alg.get_policy_loss(cfg.policy_loss)(stats.logprobs, old, mb.advantages, mask, cfg)
+    agg = alg.get_aggregation(cfg.loss_agg_mode)
+    loss = agg(pg, mask, norm)
+    out = {"pg_loss": float(loss.detach())}
+    if cfg.kl_coef > 0 and ctx.ref_model is not None:
+        with torch.no_grad():
+            ref = token_logprobs(ctx.ref_model, mb.input_ids, mb.attention_mask, mask, temperature=ctx.temperature,
+                                 autocast=ctx.autocast)
+        kl = agg(alg.get_kl_estimator(cfg.kl_estimator)(stats.logprobs, ref.logprobs), mask, norm)
+        loss = loss + cfg.kl_coef * kl
+        out["kl"] = float(kl.detach())
+    ent = agg(stats.entropy, mask, norm)
+    if cfg.entropy_coef > 0:
+        loss = loss - cfg.entropy_coef * ent
+    loss.backward()
+    out.update(loss=float(loss.detach()), entropy=_token_mean(stats.entropy, mask, norm),
+               clipfrac=_token_mean(pg_stats.get("clipfrac"), mask, norm),
+               rollout_logp_diff=_token_mean((old - mb.engine_logprobs).abs(), mask, norm))
+    return out
+
+
+def _token_mean(values: torch.Tensor | None, mask: torch.Tensor, norm: Any) -> float:
+    if values is None:
+        return 0.0
+    return float((values.detach().float() * mask).sum() / norm.global_tokens)

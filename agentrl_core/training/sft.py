@@ -1,0 +1,97 @@
+"""The SFT warm-start stage: expert demonstrations, loss on the model's own turns only; resumable."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from agentrl_core.config import RecipeConfig
+from agentrl_core.envs import EnvClient, RemoteEnv
+from agentrl_core.models.chat import ChatFormat
+from agentrl_core.models import load_tokenizer
+from agentrl_core.rollout import Trajectory, collect_demos, read_trajectories, write_trajectories
+from agentrl_core.training.batching import collate, plan_micro_batches
+from agentrl_core.training.logprobs import token_logprobs
+from agentrl_core.training.session import StageResult, TrainingSession, open_session
+from agentrl_core.training.timing import timed
+
+StepCallback = Callable[[int, int, dict[str, float]], None]
+
+
+def sft_update(session: TrainingSession, demos: Sequence[Trajectory], grad_clip: float, micro_batch_tokens: int,
+               pad_id: int, autocast: str = "off") -> dict[str, float]:
+    """One optimizer step of NLL = −Σ_t m_t log π(y_t) / Σ_t m_t over the whole batch (m = assistant tokens)."""
+    plan = plan_micro_batches([len(d.token_ids) for d in demos], micro_batch_tokens)
+    batches = [collate(demos, idx, pad_id) for idx in plan]
+    n_tokens = float(sum(b.target_mask.sum() for b in batches))
+    total = 0.0
+    for mb in batches:
+        stats = token_logprobs(session.model, mb.input_ids, mb.attention_mask, mb.target_mask, autocast=autocast)
+        loss = -(stats.logprobs * mb.target_mask).sum() / n_tokens
+        loss.backward()
+        total += float(loss.detach())
+    grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), grad_clip)
+    session.optimizer.step()
+    session.scheduler.step()
+    session.optimizer.zero_grad(set_to_none=True)
+    return {"loss": total, "grad_norm": float(grad_norm), "lr": float(session.scheduler.get_last_lr()[0]),
+            "tokens": n_tokens}
+
+
+def sft_schedule(n_demos: int, cfg: RecipeConfig) -> list[list[int]]:
+    """Demo indices of every optimizer step: each epoch a fresh deterministic shuffle, cut in batches."""
+    steps: list[list[int]] = []
+    for epoch in range(cfg.sft.epochs):
+        order = list(range(n_demos))
+        random.Random(cfg.trainer.seed + 31 * epoch).shuffle(order)
+        steps.extend(order[i:i + cfg.sft.batch_size] for i in range(0, n_demos, cfg.sft.batch_size))
+    return steps
+
+
+def load_or_collect_demos(cfg: RecipeConfig, stage_dir: Path, init_model: Path, env_url: str) -> list[Trajectory]:
+    """Expert demos for the first `sft.demos` shuffled train tasks, cached as parquet in the stage folder."""
+    path = stage_dir / "demos.parquet"
+    if path.exists():
+        return read_trajectories(path)
+    chat = ChatFormat(load_tokenizer(init_model))
+    with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client:
+        ids = client.task_ids(cfg.env.name, "train")[: cfg.env.train_tasks]
+        pick = random.Random(cfg.trainer.seed).sample(list(ids), min(cfg.sft.demos, len(ids)))
+        demos = collect_demos(lambda: RemoteEnv(client, cfg.env.name), chat, pick, cfg.env.max_turns)
+    write_trajectories(path, demos)
+    return demos
+
+
+def train_sft(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: Path | None = None,
+              on_step: StepCallback | None = None) -> StageResult:
+    """Run (or resume) supervised fine-tuning on expert demonstrations; returns its last checkpoint."""
+    stage_dir = stage_dir or cfg.run_dir / "sft"
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    demos = load_or_collect_demos(cfg, stage_dir, init_model, env_url)
+    schedule = sft_schedule(len(demos), cfg)
+    torch.manual_seed(cfg.trainer.seed)
+    session = open_session(stage_dir, init_model, cfg.sft.optim, len(schedule), resume=cfg.trainer.resume,
+                           dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    pad_id = session.tokenizer.pad_token_id
+    last: dict[str, float] = {}
+    with session.writer:
+        for step in range(session.start_step, len(schedule)):
+            timings: dict[str, float] = {}
+            with timed("train", timings):
+                last = sft_update(session, [demos[i] for i in schedule[step]], cfg.sft.optim.grad_clip,
+                                  cfg.trainer.micro_batch_tokens, pad_id, cfg.model.autocast)
+            last.update(timings, train_tokens_per_s=_tokens(demos, schedule[step]) / timings["time/train_s"])
+            session.writer.log(step + 1, last)
+            if (step + 1) % cfg.sft.save_every == 0 or step + 1 == len(schedule):
+                session.save(step + 1, cfg.trainer.keep_last, {"metrics": last})
+            if on_step is not None:
+                on_step(step + 1, len(schedule), last)
+    return StageResult("sft", str(session.last_checkpoint()), len(schedule), session.start_step, last)
+
+
+def _tokens(demos: Sequence[Trajectory], idx: Sequence[int]) -> float:
+    return float(sum(len(demos[i].token_ids) for i in idx))
+

@@ -1,0 +1,44 @@
+"""Shared helpers of the benchmark scripts: peak memory, tables, JSON results and baselines."""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def peak_rss_gib() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def print_table(title: str, figures: dict[str, float], baseline: dict[str, float] | None = None) -> None:
+    """Figures as a table; with a baseline (an earlier JSON output), a ratio column too."""
+    cols = ["figure", "value"] + (["baseline", "ratio"] if baseline else [])
+    table = Table(*cols, title=title)
+    for key, value in figures.items():
+        row = [key, f"{value:.4g}"]
+        if baseline:
+            base = baseline.get(key)
+            row += [f"{base:.4g}" if base is not None else "-",
+                    f"{value / base:.2f}x" if base not in (None, 0) else "-"]
+        table.add_row(*row)
+    Console().print(table)
+
+
+def save_json(path: str | None, payload: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=2))
+
+
+def load_baseline(path: str | None) -> dict[str, float] | None:
+    return json.loads(Path(path).read_text())["figures"] if path else None

@@ -1,0 +1,83 @@
+"""Speed and memory of one GRPO step on the demo model: rollout and training tokens/s, step time, peak RSS.
+
+The work matches REFERENCE.md §6: SmolLM2-135M, 4 prompts x 4 samples x 64 new tokens, KL beta 0.04
+(reference model on). Prints a table; --json saves the figures and --baseline compares with a saved run
+(e.g. the same script on another commit, or another allocator/precision).
+
+    .venv/bin/python bench/bench_speed.py --steps 3 [--autocast bfloat16] [--json out.json] [--baseline old.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from bench._common import load_baseline, median, peak_rss_gib, print_table, save_json  # noqa: E402
+from agentrl_core.config import AlgorithmConfig, OptimConfig, SamplingConfig  # noqa: E402
+from agentrl_core.envs import make  # noqa: E402
+from agentrl_core.models import load_model, load_tokenizer, resolve_model  # noqa: E402
+from agentrl_core.models.chat import ChatFormat  # noqa: E402
+from agentrl_core.rollout import EpisodeSpec, HFEngine, LoopLimits, run_episodes  # noqa: E402
+from agentrl_core.training.optim import build_optimizer  # noqa: E402
+from agentrl_core.training.policy_update import UpdateContext, policy_update  # noqa: E402
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--samples", type=int, default=4)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--kl", type=float, default=0.04)
+    p.add_argument("--autocast", default="off", choices=["off", "bfloat16"])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json")
+    p.add_argument("--baseline")
+    return p.parse_args()
+
+
+def one_step(step: int, args, policy, ref, engine, chat, opt, sched) -> dict[str, float]:
+    specs = [EpisodeSpec(task_id=t, group=t, sample=s) for t in range(args.prompts) for s in range(args.samples)]
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=args.new_tokens)
+    t0 = time.perf_counter()
+    policy.eval()
+    trajs = run_episodes(engine, chat, lambda: make("countdown"), specs, sampling, LoopLimits(1, 4096), seed=step)
+    t1 = time.perf_counter()
+    policy.train()
+    cfg = AlgorithmConfig(kl_coef=args.kl)
+    ctx = UpdateContext(policy, opt, sched, cfg, 1.0, 4096, engine.pad_id, 1.0, ref, args.autocast)
+    for i, t in enumerate(trajs):  # rewards with spread, so the loss is not trivially zero
+        t.reward = t.reward + 0.1 * (i % 3)
+    policy_update(ctx, trajs)
+    t2 = time.perf_counter()
+    gen = sum(t.response_tokens for t in trajs)
+    total = sum(len(t.token_ids) for t in trajs)
+    return {"rollout_s": t1 - t0, "train_s": t2 - t1, "step_s": t2 - t0, "rollout_tokens_per_s": gen / (t1 - t0),
+            "train_tokens_per_s": total / (t2 - t1), "tokens_per_step": float(total)}
+
+
+def main() -> None:
+    args = parse()
+    torch.set_num_threads(args.threads)
+    path = resolve_model(args.model)
+    policy, tok = load_model(path), load_tokenizer(path)
+    ref = load_model(path).requires_grad_(False) if args.kl > 0 else None
+    engine, chat = HFEngine(policy, tok, autocast=args.autocast), ChatFormat(tok)
+    opt, sched = build_optimizer(policy, OptimConfig(lr=1e-6), args.steps)
+    runs = [one_step(s, args, policy, ref, engine, chat, opt, sched) for s in range(args.steps)]
+    figures = {k: median([r[k] for r in runs]) for k in runs[0]}
+    figures["peak_rss_gib"] = peak_rss_gib()
+    print_table(f"GRPO step, {args.prompts}x{args.samples}x{args.new_tokens} tokens, kl={args.kl}, "
+                f"autocast={args.autocast} (median of {args.steps})", figures, load_baseline(args.baseline))
+    save_json(args.json, {"args": vars(args), "figures": figures, "runs": runs})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Prefect flows: one-screen drivers that read as the pipeline."""

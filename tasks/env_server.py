@@ -1,0 +1,52 @@
+"""Tasks that start and stop the environment server for a flow run."""
+
+from __future__ import annotations
+
+import os
+import signal
+from contextlib import contextmanager
+from typing import Iterator
+
+from prefect import get_run_logger, task
+
+from agentrl_core.config import EnvConfig
+from agentrl_core.envs import ServerProcess, launch_server
+
+_SERVERS: dict[int, ServerProcess] = {}
+
+
+@task(name="start-env-server", retries=2, retry_delay_seconds=2, timeout_seconds=120)
+def start_env_server(env: EnvConfig) -> dict[str, object]:
+    """Start the env server on env.host (127.0.0.1 by default); returns its url and pid."""
+    server = launch_server([env.name], host=env.host, port=env.port, env_kwargs={env.name: env.kwargs})
+    _SERVERS[server.pid] = server
+    get_run_logger().info("environment server for %s at %s (pid %d)", env.name, server.url, server.pid)
+    return {"url": server.url, "pid": server.pid}
+
+
+@task(name="stop-env-server", retries=0)
+def stop_env_server(pid: int) -> None:
+    """Stop the server this process started (by its pid)."""
+    server = _SERVERS.pop(pid, None)
+    if server is not None:
+        server.stop()
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+@contextmanager
+def env_server(env: EnvConfig) -> Iterator[str]:
+    """The url of a running server for the flow's body: an existing one (env.url) or one started and
+    always stopped here, also when the body fails. A hard kill of the flow process is covered by
+    the server itself, which exits when its parent process dies."""
+    if env.url:
+        yield env.url
+        return
+    info = start_env_server(env)
+    try:
+        yield str(info["url"])
+    finally:
+        stop_env_server(int(info["pid"]))

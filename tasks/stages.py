@@ -1,0 +1,84 @@
+"""Tasks of the training pipeline: load tasks, import the model, SFT, GRPO, export, evaluate."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+from agentrl_core.checkpoints import export_hf
+from agentrl_core.config import RecipeConfig
+from agentrl_core.envs import EnvClient
+from agentrl_core.evaluation.runner import evaluate_model
+from agentrl_core.models import resolve_model
+from agentrl_core.training.grpo import train_grpo
+from agentrl_core.training.sft import train_sft
+from tasks.retry import retry_transient
+
+TRANSIENT = {"retries": 2, "retry_delay_seconds": [5, 20], "retry_condition_fn": retry_transient}
+
+
+def _progress_callback(key: str, total_hint: str):
+    """A step callback that logs each step and moves a Prefect progress artifact."""
+    logger = get_run_logger()
+    artifact_id = create_progress_artifact(progress=0.0, key=key, description=total_hint)
+
+    def on_step(step: int, total: int, metrics: dict[str, float]) -> None:
+        shown = {k: round(v, 4) for k, v in metrics.items() if k in ("loss", "reward_mean", "success_rate", "time/step_s",
+                                                                     "time/train_s", "entropy", "kl")}
+        logger.info("%s step %d/%d %s", key, step, total, shown)
+        update_progress_artifact(artifact_id=artifact_id, progress=100.0 * step / max(1, total))
+
+    return on_step
+
+
+@task(name="import-model", retries=1, retry_delay_seconds=5)
+def import_model(name: str) -> str:
+    """Resolve the model (importing the embedded default into the cache once)."""
+    return str(resolve_model(name))
+
+
+@task(name="load-tasks", **TRANSIENT)
+def load_tasks(cfg: RecipeConfig, env_url: str) -> dict[str, int]:
+    """Count the train and test tasks the server offers (and check the recipe asks for no more)."""
+    with EnvClient(env_url) as client:
+        train, test = client.task_ids(cfg.env.name, "train"), client.task_ids(cfg.env.name, "test")
+    if not train or not test:
+        raise ValueError(f"environment {cfg.env.name} offers {len(train)} train and {len(test)} test tasks")
+    used = {"train": min(cfg.env.train_tasks, len(train)), "test": min(cfg.env.test_tasks, len(test))}
+    get_run_logger().info("%s: %d train / %d test tasks available, using %s", cfg.env.name, len(train), len(test), used)
+    return used
+
+
+@task(name="sft", **TRANSIENT)
+def sft_stage(cfg: RecipeConfig, init_model: str, env_url: str) -> dict:
+    """Supervised warm-start on expert demonstrations (resumes from its last checkpoint)."""
+    result = train_sft(cfg, init_model=Path(init_model), env_url=env_url,
+                       on_step=_progress_callback("sft-progress", "SFT optimizer steps"))
+    return asdict(result)
+
+
+@task(name="grpo", **TRANSIENT)
+def grpo_stage(cfg: RecipeConfig, init_model: str, env_url: str) -> dict:
+    """GRPO from `init_model` (resumes from its last checkpoint)."""
+    result = train_grpo(cfg, init_model=Path(init_model), env_url=env_url,
+                        on_step=_progress_callback("grpo-progress", "GRPO steps"))
+    return asdict(result)
+
+
+@task(name="export-checkpoint", retries=1, retry_delay_seconds=2)
+def export_checkpoint(checkpoint: str, out_dir: str) -> str:
+    """Convert a training checkpoint into a standalone Hugging Face folder."""
+    return str(export_hf(Path(checkpoint), Path(out_dir)))
+
+
+@task(name="evaluate", **TRANSIENT)
+def evaluate(cfg: RecipeConfig, label: str, model: str, env_url: str) -> dict:
+    """Evaluate one model on the held-out tasks; returns the summary as a dict."""
+    summary = evaluate_model(model, env_name=cfg.env.name, env_url=env_url, cfg=cfg.eval, n_tasks=cfg.env.test_tasks,
+                             max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens,
+                             dtype=cfg.model.dtype, autocast=cfg.model.autocast, out_dir=cfg.run_dir / "eval" / label)
+    get_run_logger().info("eval %s: %s", label, summary.to_dict())
+    return summary.to_dict()

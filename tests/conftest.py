@@ -1,0 +1,47 @@
+"""Shared fixtures: the real embedded model, a tiny random model with its tokenizer, a live env server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def embedded_model_path() -> Path:
+    """The real SmolLM2-135M-Instruct, imported once into the user's cache (scripts/setup.sh does it)."""
+    from agentrl_core.models import resolve_model
+
+    return Path(resolve_model("smollm2-135m-instruct"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory, embedded_model_path: Path) -> Path:
+    """A 2-layer random Llama with the real SmolLM2 tokenizer and chat template: fast, same token layout."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(embedded_model_path)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg)
+    out = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def env_server_url():
+    """A real env server (all registered envs) on 127.0.0.1 for the whole session."""
+    from agentrl_core.envs import launch_server
+
+    with launch_server() as server:
+        yield server.url
