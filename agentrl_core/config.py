@@ -19,8 +19,8 @@ class ModelConfig(Section):
     """Model to start from: an alias (`smollm2-135m-instruct`), a local Hugging Face folder, or a hub id."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype for training and rollout (the CPU wants float32)."""
-    autocast: Literal["off", "bfloat16"] = "off"
-    """Mixed precision for forward passes: bf16 matmuls over fp32 weights (about 2x faster on CPUs with AVX512-BF16)."""
+    compute_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Matmul precision (autocast): bfloat16 over float32 weights is about 2x faster on CPUs with AVX512-BF16."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
 

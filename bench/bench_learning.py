@@ -41,7 +41,7 @@ def parse() -> argparse.Namespace:
 def success(cfg, model: Path, url: str) -> float:
     s = evaluate_model(model, env_name=cfg.env.name, env_url=url, cfg=cfg.eval, n_tasks=cfg.env.test_tasks,
                        max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens,
-                       autocast=cfg.model.autocast)
+                       autocast=cfg.model.compute_dtype)
     return s.success_rate
 
 

@@ -4,7 +4,7 @@ The work matches REFERENCE.md §6: SmolLM2-135M, 4 prompts x 4 samples x 64 new 
 (reference model on). Prints a table; --json saves the figures and --baseline compares with a saved run
 (e.g. the same script on another commit, or another allocator/precision).
 
-    .venv/bin/python bench/bench_speed.py --steps 3 [--autocast bfloat16] [--json out.json] [--baseline old.json]
+    .venv/bin/python bench/bench_speed.py --steps 3 [--compute-dtype bfloat16] [--json out.json] [--baseline old.json]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--kl", type=float, default=0.04)
-    p.add_argument("--autocast", default="off", choices=["off", "bfloat16"])
+    p.add_argument("--compute-dtype", dest="autocast", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json")
     p.add_argument("--baseline")
@@ -75,7 +75,7 @@ def main() -> None:
     figures = {k: median([r[k] for r in runs]) for k in runs[0]}
     figures["peak_rss_gib"] = peak_rss_gib()
     print_table(f"GRPO step, {args.prompts}x{args.samples}x{args.new_tokens} tokens, kl={args.kl}, "
-                f"autocast={args.autocast} (median of {args.steps})", figures, load_baseline(args.baseline))
+                f"compute_dtype={args.autocast} (median of {args.steps})", figures, load_baseline(args.baseline))
     save_json(args.json, {"args": vars(args), "figures": figures, "runs": runs})
 
 

@@ -79,6 +79,6 @@ def evaluate(cfg: RecipeConfig, label: str, model: str, env_url: str) -> dict:
     """Evaluate one model on the held-out tasks; returns the summary as a dict."""
     summary = evaluate_model(model, env_name=cfg.env.name, env_url=env_url, cfg=cfg.eval, n_tasks=cfg.env.test_tasks,
                              max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens,
-                             dtype=cfg.model.dtype, autocast=cfg.model.autocast, out_dir=cfg.run_dir / "eval" / label)
+                             dtype=cfg.model.dtype, autocast=cfg.model.compute_dtype, out_dir=cfg.run_dir / "eval" / label)
     get_run_logger().info("eval %s: %s", label, summary.to_dict())
     return summary.to_dict()

@@ -36,15 +36,18 @@ class Env(abc.ABC):
     action_format: ClassVar[str]
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     system_prompt: ClassVar[str]
+    splits: ClassVar[dict[str, Sequence[int]]] = {}
     max_steps: int = 10
 
     def __init__(self) -> None:
         self._active = False
 
     # -- tasks ---------------------------------------------------------------------------
-    @abc.abstractmethod
     def task_ids(self, split: str) -> Sequence[int]:
         """The task ids of a split ("train" or "test"); the splits are disjoint."""
+        if split not in self.splits:
+            raise ValueError(f"unknown split {split!r}; use one of {', '.join(map(repr, self.splits))}")
+        return self.splits[split]
 
     # -- episode -------------------------------------------------------------------------
     def reset(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 from itertools import combinations
-from typing import Any, Sequence
+from typing import Any
 
 from agentrl_core.envs.arith import ArithDivisionByZero, ArithError, format_fraction, parse_expression
 from agentrl_core.envs.base import Env, StepResult
@@ -179,6 +179,7 @@ class Countdown(Env):
     """
 
     name = "countdown"
+    splits = {"train": TRAIN_IDS, "test": TEST_IDS}  # train [0, 5000), test [5000, 5500)
     action_format = "Free text ending with <answer>EXPRESSION</answer>, e.g. <answer>(25 - 3) * 2</answer>."
     system_prompt = (
         "You solve arithmetic puzzles. Think briefly, then give your expression inside <answer></answer> tags."
@@ -197,14 +198,6 @@ class Countdown(Env):
         self._problem: Problem | None = None
         self._attempts = 0
         self._well_formed = False
-
-    def task_ids(self, split: str) -> Sequence[int]:
-        """train: [0, 5000); test: [5000, 5500)."""
-        if split == "train":
-            return TRAIN_IDS
-        if split == "test":
-            return TEST_IDS
-        raise ValueError(f"unknown split {split!r}; use 'train' or 'test'")
 
     @property
     def problem(self) -> Problem:

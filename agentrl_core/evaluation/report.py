@@ -46,29 +46,32 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return head + "".join("| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |\n" for r in rows)
 
 
-def plot_curves(stage_dirs: Mapping[str, Path], out: Path) -> Path | None:
-    """PNG of GRPO reward/success per step and SFT loss per step (stages without metrics are skipped)."""
+def plot_curves(stage_dirs: Mapping[str, Path], rows: list[dict[str, Any]], out: Path) -> Path | None:
+    """PNG: GRPO reward/success per step, SFT loss per step, held-out success per model."""
     series = {name: read_metrics(Path(d) / "metrics.jsonl") for name, d in stage_dirs.items()
               if (Path(d) / "metrics.jsonl").exists()}
-    if not any(series.values()):
+    if not any(series.values()) and not rows:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    grpo, sft = series.get("grpo", []), series.get("sft", [])
-    for key in ("reward_mean", "success_rate"):
-        pts = [(m["step"], m[key]) for m in grpo if m.get(key) is not None]
-        if pts:
-            axes[0].plot(*zip(*pts), marker="o", label=key)
-    axes[0].set(title="GRPO rollouts", xlabel="step")
-    axes[0].legend()
-    pts = [(m["step"], m["loss"]) for m in sft if m.get("loss") is not None]
-    if pts:
-        axes[1].plot(*zip(*pts), marker=".", color="tab:red")
-    axes[1].set(title="SFT loss", xlabel="step")
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    _plot_steps(axes[0], series.get("grpo", []), ("reward_mean", "success_rate"), "GRPO rollouts (train tasks)")
+    _plot_steps(axes[1], series.get("sft", []), ("loss",), "SFT loss")
+    axes[2].bar([r["model"] for r in rows], [r["success_rate"] or 0.0 for r in rows], color="tab:green")
+    axes[2].set(title="held-out success", ylim=(0, 1))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
+
+
+def _plot_steps(ax: Any, metrics: list[dict[str, Any]], keys: tuple[str, ...], title: str) -> None:
+    for key in keys:
+        pts = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=key)
+    ax.set(title=title, xlabel="step")
+    if len(keys) > 1 and metrics:
+        ax.legend()
 
 
 def write_report(run_dir: Path, evals: Mapping[str, Mapping[str, Any]], stage_dirs: Mapping[str, Path],
@@ -77,7 +80,7 @@ def write_report(run_dir: Path, evals: Mapping[str, Mapping[str, Any]], stage_di
     out = Path(run_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
     rows = eval_rows(evals)
-    plot = plot_curves(stage_dirs, out / "curves.png")
+    plot = plot_curves(stage_dirs, rows, out / "curves.png")
     lines = [f"# agentrl run `{Path(run_dir).name}`", "", "## Evaluation on held-out tasks", "", markdown_table(rows)]
     for key, value in (extra or {}).items():
         lines.append(f"- **{key}**: {value}")

@@ -25,7 +25,7 @@ def episode_results(trajs: Sequence[Trajectory]) -> list[EpisodeResult]:
 
 def evaluate_model(
     model: str | Path, *, env_name: str, env_url: str, cfg: EvalConfig, n_tasks: int, max_turns: int,
-    max_context_tokens: int = 2048, dtype: str = "float32", autocast: str = "off", out_dir: Path | None = None,
+    max_context_tokens: int = 2048, dtype: str = "float32", autocast: str = "float32", out_dir: Path | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> EvalSummary:
     """Play the first `n_tasks` test tasks k times each (sample j with seed cfg.seed + j).

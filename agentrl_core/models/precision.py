@@ -9,8 +9,8 @@ import torch
 
 
 def autocast(model: Any, mode: str) -> ContextManager[Any]:
-    """`torch.autocast` on the model's device when mode is "bfloat16"; a no-op when "off"."""
-    if mode == "off":
+    """`torch.autocast` to `mode` on the model's device; a no-op when mode is "float32"."""
+    if mode == "float32":
         return contextlib.nullcontext()
     device = next(model.parameters()).device.type
     return torch.autocast(device_type=device, dtype=getattr(torch, mode))

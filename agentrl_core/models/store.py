@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentrl_core.checkpoints.atomic import fsync_dir
 from agentrl_core.errors import AgentRLError
 
 MARKER = "AGENTRL_MODEL_COMPLETE"
@@ -141,21 +142,7 @@ def install(temp: Path, alias: str) -> Path:
         aside = final.with_name(f".{alias}.tmp-{os.getpid()}-{secrets.token_hex(4)}-old")
         os.rename(final, aside)
     os.rename(temp, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
     return final
-
-
-def _fsync_dir(path: Path) -> None:
-    # Flush the rename itself; some filesystems refuse fsync on a folder, which is fine to ignore.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

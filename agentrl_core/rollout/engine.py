@@ -39,7 +39,7 @@ class HFEngine:
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, stop_token_ids: Sequence[int] = (), max_batch: int = 32,
-                 autocast: str = "off") -> None:
+                 autocast: str = "float32") -> None:
         self.model = model
         self.autocast = autocast
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -64,7 +64,7 @@ def grpo_step(session: TrainingSession, engine: HFEngine, chat: ChatFormat, env_
         session.model.train()
         ctx = UpdateContext(session.model, session.optimizer, session.scheduler, cfg.algorithm, cfg.trainer.optim.grad_clip,
                             cfg.trainer.micro_batch_tokens, engine.pad_id, _train_temperature(cfg), ref_model,
-                            cfg.model.autocast)
+                            cfg.model.compute_dtype)
         if usable:
             metrics.update(policy_update(ctx, usable, epochs=cfg.trainer.ppo_epochs))
     metrics.update(timings)
@@ -96,7 +96,7 @@ def train_grpo(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: 
     torch.manual_seed(cfg.trainer.seed)
     session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.trainer.steps, resume=cfg.trainer.resume,
                            dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
-    engine = HFEngine(session.model, session.tokenizer, autocast=cfg.model.autocast)
+    engine = HFEngine(session.model, session.tokenizer, autocast=cfg.model.compute_dtype)
     chat = ChatFormat(session.tokenizer)
     ref_model = _reference_model(cfg, init_model)
     last: dict[str, float] = {}

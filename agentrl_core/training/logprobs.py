@@ -20,7 +20,7 @@ class TokenStats:
 
 def token_logprobs(
     model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor,
-    *, temperature: float = 1.0, with_entropy: bool = False, chunk: int = 1024, autocast: str = "off",
+    *, temperature: float = 1.0, with_entropy: bool = False, chunk: int = 1024, autocast: str = "float32",
 ) -> TokenStats:
     """log softmax(z_t / T)[y_{t+1}] at the masked positions only.
 

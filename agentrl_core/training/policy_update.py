@@ -27,7 +27,7 @@ class UpdateContext:
     pad_id: int
     temperature: float = 1.0
     ref_model: Any | None = None
-    autocast: str = "off"
+    autocast: str = "float32"
 
 
 def sequence_advantages(trajs: Sequence[Trajectory], cfg: AlgorithmConfig) -> torch.Tensor:

@@ -22,7 +22,7 @@ StepCallback = Callable[[int, int, dict[str, float]], None]
 
 
 def sft_update(session: TrainingSession, demos: Sequence[Trajectory], grad_clip: float, micro_batch_tokens: int,
-               pad_id: int, autocast: str = "off") -> dict[str, float]:
+               pad_id: int, autocast: str = "float32") -> dict[str, float]:
     """One optimizer step of NLL = −Σ_t m_t log π(y_t) / Σ_t m_t over the whole batch (m = assistant tokens)."""
     plan = plan_micro_batches([len(d.token_ids) for d in demos], micro_batch_tokens)
     batches = [collate(demos, idx, pad_id) for idx in plan]
@@ -82,7 +82,7 @@ def train_sft(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: P
             timings: dict[str, float] = {}
             with timed("train", timings):
                 last = sft_update(session, [demos[i] for i in schedule[step]], cfg.sft.optim.grad_clip,
-                                  cfg.trainer.micro_batch_tokens, pad_id, cfg.model.autocast)
+                                  cfg.trainer.micro_batch_tokens, pad_id, cfg.model.compute_dtype)
             last.update(timings, train_tokens_per_s=_tokens(demos, schedule[step]) / timings["time/train_s"])
             session.writer.log(step + 1, last)
             if (step + 1) % cfg.sft.save_every == 0 or step + 1 == len(schedule):

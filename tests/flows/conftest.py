@@ -20,7 +20,7 @@ def prefect_harness():
 
 def tiny_overrides(model_path, root) -> list[str]:
     """A pipeline small enough for CI: a 2-layer model, 4 demos, 1 GRPO step, 2 test tasks."""
-    return [f"model.name={model_path}", f"run.root={root}", "run.name=tiny", "env.test_tasks=2", "env.max_turns=2",
+    return [f"model.name={model_path}", f"run.root={root}", "run.name=tiny", "env.test_tasks=2", "env.max_turns=8",
             "sft.demos=4", "sft.epochs=1", "sft.batch_size=4", "trainer.steps=1", "rollout.tasks_per_step=2",
             "rollout.group_size=2", "rollout.sampling.max_new_tokens=4", "eval.sampling.max_new_tokens=4",
-            "model.autocast=off"]
+            "model.compute_dtype=float32"]

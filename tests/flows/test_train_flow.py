@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -36,10 +37,14 @@ def test_flow_completes_and_writes_every_stage(tiny_run):
     assert all(r["n_errors"] == 0 for r in rows)
 
 
-async def test_flow_publishes_artifacts(tiny_run):
-    _, state = tiny_run
+async def _artifacts():
     async with get_client() as client:
-        arts = await client.read_artifacts()
+        return await client.read_artifacts()
+
+
+def test_flow_publishes_artifacts(tiny_run):
+    _, state = tiny_run
+    arts = asyncio.run(_artifacts())
     keys = {a.key for a in arts if a.flow_run_id == state.state_details.flow_run_id}
     assert {"evaluation", "run-summary", "checkpoint-grpo", "grpo-progress"} <= keys
 

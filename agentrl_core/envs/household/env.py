@@ -54,6 +54,7 @@ class Household(Env):
     """
 
     name = "household"
+    splits = {"train": TRAIN_IDS, "test": TEST_IDS}  # train [0, 10000), test [10000, 10500)
     action_format = "One action from the Actions line per reply, e.g. 'go to cabinet 1'."
     system_prompt = "You are a household robot. Reply with exactly one action from the Actions line, nothing else."
     max_steps = 12  # the default; instances take theirs from the constructor
@@ -79,14 +80,6 @@ class Household(Env):
         self._steps = 0
         self._plan: list[Action] = []
         self._plan_from: State | None = None
-
-    def task_ids(self, split: str) -> Sequence[int]:
-        """train: [0, 10000); test: [10000, 10500)."""
-        if split == "train":
-            return TRAIN_IDS
-        if split == "test":
-            return TEST_IDS
-        raise ValueError(f"unknown split {split!r}; use 'train' or 'test'")
 
     # -- episode -------------------------------------------------------------------------------
     def _reset(self, *, task_id: int, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
