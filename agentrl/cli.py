@@ -56,19 +56,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agentrl.prefect_env import configure_local_prefect
     from agentrl_core.recipes import load_recipe
 
+    from agentrl_core.models import resolve_model
+
     recipe = load_recipe(args.recipe, args.overrides)  # fail on a bad recipe before Prefect starts
+    resolve_model(recipe.model.name)  # and on a missing model (an alias is imported once, here)
     configure_local_prefect()
     from flows.train import train
 
+    from agentrl.progress_bars import RichBars
+    from agentrl_core import progress
+
     start = time.time()
     console.print(f"[bold]run[/bold] {recipe.run.name} → {recipe.run_dir} (env {recipe.env.name}, model {recipe.model.name})")
-    result = train(recipe=recipe)
+    with RichBars(console) as bars:
+        progress.set_reporter(bars)
+        try:
+            result = train(recipe=recipe)
+        finally:
+            progress.set_reporter(None)
     _print_evals(result["evals"])
     console.print(f"report: {result['report']['markdown']}  ({time.time() - start:.0f} s)")
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
     from rich.progress import Progress
 
     from agentrl_core.config import EvalConfig, SamplingConfig
@@ -76,11 +89,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentrl_core.evaluation.runner import evaluate_model
 
     cfg = EvalConfig(k=args.k, seed=args.seed, sampling=SamplingConfig(temperature=args.temperature))
-    with launch_server([args.env]) as server, Progress(console=console) as progress:
-        bar = progress.add_task(f"evaluating {args.model}", total=args.k)
+    server_cm = nullcontext(None) if args.env_url else launch_server([args.env])
+    with server_cm as server, Progress(console=console) as progress:
+        bar = progress.add_task(f"evaluating {args.model}", total=args.k * args.max_turns)
         summary = evaluate_model(args.model, env_name=args.env, env_url=args.env_url or server.url, cfg=cfg,
                                  n_tasks=args.tasks, max_turns=args.max_turns,
-                                 on_progress=lambda done, total: progress.update(bar, completed=done))
+                                 on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
     _print_evals({args.model: summary.to_dict()})
     return 0
 

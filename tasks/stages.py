@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
+from agentrl_core import progress
 from agentrl_core.checkpoints import export_hf
 from agentrl_core.config import RecipeConfig
 from agentrl_core.envs import EnvClient
@@ -30,8 +31,16 @@ def _progress_callback(key: str, total_hint: str):
                                                                      "time/train_s", "entropy", "kl")}
         logger.info("%s step %d/%d %s", key, step, total, shown)
         update_progress_artifact(artifact_id=artifact_id, progress=100.0 * step / max(1, total))
+        progress.report(key, step, total, f"{total_hint} {_short(metrics)}")
 
     return on_step
+
+
+def _short(metrics: dict[str, float]) -> str:
+    for key in ("success_rate", "loss"):
+        if key in metrics:
+            return f"({key} {metrics[key]:.3f})"
+    return ""
 
 
 @task(name="import-model", retries=1, retry_delay_seconds=5)
@@ -79,6 +88,8 @@ def evaluate(cfg: RecipeConfig, label: str, model: str, env_url: str) -> dict:
     """Evaluate one model on the held-out tasks; returns the summary as a dict."""
     summary = evaluate_model(model, env_name=cfg.env.name, env_url=env_url, cfg=cfg.eval, n_tasks=cfg.env.test_tasks,
                              max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens,
-                             dtype=cfg.model.dtype, autocast=cfg.model.compute_dtype, out_dir=cfg.run_dir / "eval" / label)
+                             dtype=cfg.model.dtype, autocast=cfg.model.compute_dtype, out_dir=cfg.run_dir / "eval" / label,
+                             on_progress=lambda done, total: progress.report(f"eval-{label}", done, total,
+                                                                             f"evaluating {label}"))
     get_run_logger().info("eval %s: %s", label, summary.to_dict())
     return summary.to_dict()

@@ -23,6 +23,13 @@ def episode_results(trajs: Sequence[Trajectory]) -> list[EpisodeResult]:
                           steps=t.num_turns, error=t.error) for t in trajs]
 
 
+def _turn_progress(on_progress: ProgressCallback | None, sample: int, k: int, max_turns: int):
+    """Progress in turns played: (sample · max_turns + turn + 1) of (k · max_turns)."""
+    if on_progress is None:
+        return None
+    return lambda turn, _live: on_progress(sample * max_turns + turn + 1, k * max_turns)
+
+
 def evaluate_model(
     model: str | Path, *, env_name: str, env_url: str, cfg: EvalConfig, n_tasks: int, max_turns: int,
     max_context_tokens: int = 2048, dtype: str = "float32", autocast: str = "float32", out_dir: Path | None = None,
@@ -42,10 +49,11 @@ def evaluate_model(
         task_ids = client.task_ids(env_name, "test")[:n_tasks]
         for j in range(cfg.k):
             specs = [EpisodeSpec(task_id=t, group=g, sample=j) for g, t in enumerate(task_ids)]
+            turn_done = _turn_progress(on_progress, j, cfg.k, max_turns)
             trajs += run_episodes(engine, chat, lambda: RemoteEnv(client, env_name), specs, cfg.sampling, limits,
-                                  seed=cfg.seed + j)
+                                  seed=cfg.seed + j, on_turn=turn_done)
             if on_progress is not None:
-                on_progress(j + 1, cfg.k)
+                on_progress((j + 1) * max_turns, cfg.k * max_turns)
     if out_dir is not None:
         write_trajectories(Path(out_dir) / "trajectories.parquet", trajs, model=str(model))
     return summarize(episode_results(trajs))
