@@ -11,6 +11,7 @@ Budget here (2 CPU cores): about 25 minutes with the defaults.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -63,11 +64,13 @@ def main() -> None:
             rates[f"grpo_seed{seed}"] = grpo[-1]
     gain = statistics.mean(grpo) - rates["sft"]
     spread = max(grpo) - min(grpo)
+    n = cfg.env.test_tasks
     figures = {**rates, "grpo_mean": statistics.mean(grpo), "grpo_gain_over_sft": gain, "grpo_seed_spread": spread,
-               "minutes": (time.time() - start) / 60}
+               "binomial_se_sft": math.sqrt(rates["sft"] * (1 - rates["sft"]) / n), "minutes": (time.time() - start) / 60}
     print_table(f"held-out success, {cfg.env.name}, {cfg.env.test_tasks} tasks, greedy", figures)
     verdict = "LARGER" if gain > spread else "NOT larger"
-    print(f"GRPO gain over SFT ({gain:+.3f}) is {verdict} than the seed-to-seed spread ({spread:.3f}).")
+    print(f"GRPO gain over SFT ({gain:+.3f}) is {verdict} than the seed-to-seed spread ({spread:.3f}); "
+          f"the binomial standard error of one {n}-task success rate is {figures['binomial_se_sft']:.3f}.")
     save_json(args.json, {"args": vars(args), "figures": figures})
 
 
