@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from agentrl_core.fsync import fsync_dir, fsync_file
+
 logger = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
@@ -35,29 +37,6 @@ _ACTIVE: set[Path] = set()
 def is_complete(path: Path) -> bool:
     """True when `path` is a folder holding the completion marker."""
     return (path / MARKER).is_file()
-
-
-def fsync_file(path: Path) -> None:
-    """Flush one file's data to disk (so a rename cannot publish an empty file after a power cut)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    """Flush a folder's entries (new names, renames) to disk; a no-op where the OS forbids it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open folders
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def fsync_tree(root: Path) -> None:

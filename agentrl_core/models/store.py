@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentrl_core.checkpoints.atomic import fsync_dir
 from agentrl_core.errors import AgentRLError
+from agentrl_core.fsync import fsync_dir
 
 MARKER = "AGENTRL_MODEL_COMPLETE"
 """Name of the marker file (JSON metadata) written last into every complete model folder."""
