@@ -149,6 +149,10 @@ def _quiet_logs(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("run", "eval") and argv is None:
+        from agentrl.allocator import reexec_with_tuned_malloc
+
+        reexec_with_tuned_malloc(sys.argv[1:])
     _quiet_logs(args.verbose)
     try:
         return args.fn(args)

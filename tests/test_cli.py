@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,20 @@ def test_envs_lists_registered_environments():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "household" in out.stdout and "countdown" in out.stdout
+
+
+def test_malloc_reexec_only_when_needed_and_not_opted_out():
+    from agentrl.allocator import OPT_OUT, TUNED, wants_reexec
+
+    assert wants_reexec({})
+    assert not wants_reexec(dict(TUNED))
+    assert not wants_reexec({OPT_OUT: "1"})
+
+
+def test_reexec_keeps_arguments_and_exit_code():
+    # `run` re-executes itself with the tuned malloc settings, then fails fast on the bad key
+    exe = Path(sys.executable).with_name("agentrl")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([str(exe), "-v", "run", "household_grpo", "trainer.stepz=1"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "trainer.stepz" in out.stderr
