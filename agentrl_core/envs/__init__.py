@@ -1,6 +1,6 @@
 """Environments: the Env contract, the registry, check_env, one HTTP server and one client.
 
-Importing this package registers the built-in envs ("countdown", "household"). The HTTP pieces
+Importing this package registers the built-in envs ("countdown", "household", "math"). The HTTP pieces
 (client, server) load on first use, so importing the package stays light.
 """
 
@@ -14,6 +14,7 @@ from agentrl_core.envs.registry import env_class, make, names, register
 
 from agentrl_core.envs import countdown as _countdown  # noqa: F401,E402  (registers "countdown")
 from agentrl_core.envs import household as _household  # noqa: F401,E402  (registers "household")
+from agentrl_core.envs import math_word as _math_word  # noqa: F401,E402  (registers "math")
 
 _LAZY = {
     "EnvClient": "agentrl_core.envs.client",

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from agentrl_core.envs import EnvClient, RemoteEnv, StepResult, create_app
+from agentrl_core.envs import EnvClient, RemoteEnv, StepResult, create_app, names
 from agentrl_core.envs.errors import (
     EnvError,
     EnvServerError,
@@ -162,8 +162,8 @@ def test_server_error_message_includes_the_detail(monkeypatch: pytest.MonkeyPatc
 
 
 def test_client_api(env_client: EnvClient) -> None:
-    assert env_client.health()["envs"] == ["countdown", "household"]
-    assert [e.name for e in env_client.envs()] == ["countdown", "household"]
+    assert env_client.health()["envs"] == names()
+    assert [e.name for e in env_client.envs()] == names()
     assert env_client.task_ids("household", "test")[:2] == [10_000, 10_001]
     sid, obs, info = env_client.create("household", 3)
     assert obs.startswith("You are in the middle") and info["won"] is False

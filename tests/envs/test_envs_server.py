@@ -78,7 +78,7 @@ def assert_error(resp: Any, status: int, error: str, *words: str) -> dict[str, s
 
 # -- native routes ---------------------------------------------------------------------------------
 def test_health_and_env_infos(api: TestClient) -> None:
-    assert api.get("/health").json() == {"status": "ok", "envs": ["countdown", "household"], "sessions": 0}
+    assert api.get("/health").json() == {"status": "ok", "envs": registry.names(), "sessions": 0}
     infos = {e["name"]: e for e in api.get("/envs").json()}
     assert infos["household"]["split_sizes"] == {"train": 10_000, "test": 500}
     assert infos["countdown"]["max_steps"] == 3 and infos["countdown"]["reward_range"] == [0.0, 1.0]
