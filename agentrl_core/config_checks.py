@@ -17,11 +17,11 @@ def _check_in(kind: str, name: str, valid: list[str]) -> None:
 
 
 def _check_env_kwargs(cls: type, kwargs: dict) -> None:
-    params = inspect.signature(cls).parameters
+    signature = inspect.signature(cls)
     try:
-        inspect.signature(cls).bind(**kwargs)
+        signature.bind(**kwargs)
     except TypeError as err:
-        valid = [p for p in params if p not in ("self", "args", "kwargs")]
+        valid = [p for p in signature.parameters if p not in ("self", "args", "kwargs")]
         raise ConfigError(f"env.kwargs {sorted(kwargs)} do not fit {cls.__name__}: {err}; valid: {', '.join(valid)}") from None
 
 

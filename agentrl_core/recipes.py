@@ -81,7 +81,10 @@ def apply_override(data: dict[str, Any], path: list[str], value: Any) -> None:
 def _format_validation(err: ValidationError) -> str:
     lines = []
     for item in err.errors():
-        loc = ".".join(str(p) for p in item["loc"]) or "<recipe>"
+        if not item["loc"]:  # a cross-field check: its message names the key already
+            lines.append(item["msg"].removeprefix("Value error, "))
+            continue
+        loc = ".".join(str(p) for p in item["loc"])
         lines.append(f"{loc}: {item['msg']} (got {item.get('input')!r})")
     return "invalid recipe:\n  " + "\n  ".join(lines)
 
