@@ -24,6 +24,10 @@ class UnknownEnvError(EnvError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class MissingExtraError(EnvError, ImportError):
+    """An environment needs an optional dependency that is not installed; the message says how."""
+
+
 class ResetNeededError(EnvError):
     """`step` was called before `reset`, or after the episode ended."""
 

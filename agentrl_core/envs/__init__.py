@@ -1,6 +1,7 @@
 """Environments: the Env contract, the registry, check_env, one HTTP server and one client.
 
-Importing this package registers the built-in envs ("countdown", "household", "math"). The HTTP pieces
+Importing this package registers the built-in envs; those that need an optional extra (ALFWorld,
+ScienceWorld, BabyAI, BFCL) register too and say how to install it when built without it. The HTTP pieces
 (client, server) load on first use, so importing the package stays light.
 """
 
@@ -15,6 +16,9 @@ from agentrl_core.envs.registry import env_class, make, names, register
 from agentrl_core.envs import countdown as _countdown  # noqa: F401,E402  (registers "countdown")
 from agentrl_core.envs import household as _household  # noqa: F401,E402  (registers "household")
 from agentrl_core.envs import math_word as _math_word  # noqa: F401,E402  (registers "math")
+from agentrl_core.envs import searchqa as _searchqa  # noqa: F401,E402  (registers "searchqa")
+from agentrl_core.envs import sql as _sql  # noqa: F401,E402  (registers "sql")
+from agentrl_core.envs import textcraft as _textcraft  # noqa: F401,E402  (registers "textcraft")
 
 _LAZY = {
     "EnvClient": "agentrl_core.envs.client",

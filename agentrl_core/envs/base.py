@@ -6,6 +6,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
+from agentrl_core.envs.extras import missing_extra_message, require_extra
 from agentrl_core.errors import ResetNeededError
 
 
@@ -33,6 +34,12 @@ class Env(abc.ABC):
     """
 
     name: ClassVar[str]
+    version: ClassVar[int] = 1  # registered as both `name` and `name-v{version}`
+    extra: ClassVar[str | None] = None  # the pip extra that installs `requires`, e.g. "alfworld"
+    requires: ClassVar[tuple[str, ...]] = ()  # importable modules the env needs at construction
+    max_sessions: ClassVar[int | None] = None  # the server's cap on live sessions of this env, if lower
+    dedicated_worker: ClassVar[bool] = False  # the server runs each session in a process of its own
+    agentgym_convention: ClassVar[str] = "A"  # AgentGym's HTTP convention: "A" (id) or "B" (env_idx)
     action_format: ClassVar[str]
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     system_prompt: ClassVar[str]
@@ -40,7 +47,13 @@ class Env(abc.ABC):
     max_steps: int = 10
 
     def __init__(self) -> None:
+        require_extra(type(self))
         self._active = False
+
+    @classmethod
+    def missing_extra(cls) -> str | None:
+        """None when every module in `requires` imports; else the message naming the install command."""
+        return missing_extra_message(cls.name, cls.extra, cls.requires)
 
     # -- tasks ---------------------------------------------------------------------------
     def task_ids(self, split: str) -> Sequence[int]:

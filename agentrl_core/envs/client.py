@@ -14,7 +14,10 @@ from typing import Any, Callable, Sequence
 import httpx
 
 from agentrl_core.envs.base import Env, StepResult
+from agentrl_core.errors import MissingExtraError
 from agentrl_core.envs.errors import (
+    EnvTimeoutError,
+    SessionLostError,
     EnvError,
     EnvServerError,
     EnvServerUnavailable,
@@ -43,7 +46,8 @@ _BY_NAME: dict[str, type[EnvError]] = {
     cls.__name__: cls
     for cls in (
         UnknownEnvError, SessionNotFoundError, TaskNotFoundError, ResetNeededError,
-        InvalidRequestError, TooManySessionsError, EnvServerError,
+        InvalidRequestError, TooManySessionsError, EnvServerError, SessionLostError, EnvTimeoutError,
+        MissingExtraError,
     )
 }
 _BY_STATUS: dict[int, type[EnvError]] = {

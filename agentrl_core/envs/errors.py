@@ -12,7 +12,9 @@ __all__ = [
     "InvalidRequestError",
     "ResetNeededError",
     "ServerStartError",
+    "SessionLostError",
     "SessionNotFoundError",
+    "EnvTimeoutError",
     "TaskNotFoundError",
     "TooManySessionsError",
     "UnknownEnvError",
@@ -29,6 +31,17 @@ class TooManySessionsError(EnvServerUnavailable):
 
 class SessionNotFoundError(EnvError, LookupError):
     """No live session has that id: it was never created, was closed, or expired while idle."""
+
+
+class SessionLostError(EnvError, RuntimeError):
+    """The session's worker process died (crash, kill -9, out of memory): start a new session.
+
+    Only the sessions of that worker are lost; the server replaces the worker and keeps serving.
+    """
+
+
+class EnvTimeoutError(EnvError, TimeoutError):
+    """An env call took longer than the server's limit; its worker was stopped and its sessions lost."""
 
 
 class InvalidRequestError(EnvError, ValueError):

@@ -112,6 +112,7 @@ def launch_server(
     session_ttl_s: float = DEFAULT_SESSION_TTL_S,
     env_kwargs: dict[str, dict[str, Any]] | None = None,
     log_level: str = "warning",
+    workers: int | None = None,
 ) -> ServerProcess:
     """Start `python -m agentrl_core.envs.server` as a subprocess and wait until it is healthy."""
     workdir = tempfile.mkdtemp(prefix="agentrl-envserver-")
@@ -124,6 +125,8 @@ def launch_server(
     ]
     if env_names:
         cmd += ["--envs", ",".join(env_names)]
+    if workers:
+        cmd += ["--workers", str(workers)]
     # the child must import this package even when it is not installed (e.g. run from a checkout)
     root = str(Path(__file__).resolve().parents[2])
     child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))

@@ -10,6 +10,7 @@ from agentrl_core.errors import UnknownEnvError
 E = TypeVar("E", bound=type[Env])
 
 _REGISTRY: dict[str, type[Env]] = {}
+_VERSIONED: dict[str, type[Env]] = {}  # "name-v1" -> class
 
 
 def register(cls: E) -> E:
@@ -22,7 +23,23 @@ def register(cls: E) -> E:
     if existing is not None and not same:
         raise ValueError(f"env name {name!r} is already registered by {existing.__module__}.{existing.__qualname__}")
     _REGISTRY[name] = cls
+    _VERSIONED[versioned_id(cls)] = cls
     return cls
+
+
+def versioned_id(cls: type[Env]) -> str:
+    """The versioned id of an env class: "<name>-v<version>" (e.g. "alfworld-v1")."""
+    return f"{cls.name}-v{getattr(cls, 'version', 1)}"
+
+
+def versioned_ids() -> list[str]:
+    """Every registered versioned id, sorted."""
+    return sorted(_VERSIONED)
+
+
+def available_names() -> list[str]:
+    """Registered names whose optional dependencies are installed here, sorted."""
+    return [n for n in names() if _REGISTRY[n].missing_extra() is None]
 
 
 def names() -> list[str]:
@@ -31,9 +48,9 @@ def names() -> list[str]:
 
 
 def env_class(name: str) -> type[Env]:
-    """The class registered under `name`; UnknownEnvError lists the valid names."""
+    """The class registered under `name` or its versioned id; UnknownEnvError lists the valid names."""
     try:
-        return _REGISTRY[name]
+        return _REGISTRY[name] if name in _REGISTRY else _VERSIONED[name]
     except KeyError:
         raise UnknownEnvError(f"unknown environment {name!r}; registered: {', '.join(names()) or '(none)'}") from None
 

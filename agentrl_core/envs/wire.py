@@ -28,12 +28,34 @@ class EnvInfo(BaseModel):
     system_prompt: str
     max_steps: int
     split_sizes: dict[str, int]
+    version: int = 1
+    agentgym_convention: Literal["A", "B"] = "A"
 
 
 class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"
     envs: list[str]
     sessions: int
+
+
+class MetricsResponse(BaseModel):
+    """GET /metrics: load and health figures of the server and its workers."""
+
+    sessions: dict[str, int]
+    sessions_total: int
+    sessions_created: int
+    sessions_closed: int
+    sessions_lost: int
+    steps_total: int
+    steps_by_env: dict[str, int]
+    steps_per_s: float
+    step_latency_ms: dict[str, float]
+    workers_shared: int
+    workers_dedicated: int
+    worker_restarts: int
+    worker_deaths: int
+    server_rss_mb: float | None
+    workers_rss_mb: float | None
 
 
 class TaskIdsResponse(BaseModel):
@@ -92,9 +114,12 @@ ERROR_STATUS: dict[str, int] = {
     "TaskNotFoundError": 404,
     "NotFound": 404,
     "ResetNeededError": 409,
+    "SessionLostError": 410,
     "InvalidRequestError": 422,
     "TooManySessionsError": 429,
     "EnvServerError": 500,
+    "MissingExtraError": 501,
+    "EnvTimeoutError": 504,
 }
 """Error type name -> HTTP status, as the server sends them."""
 
@@ -155,4 +180,50 @@ class AgentGymCloseRequest(_AgentGymRequest):
 
 class AgentGymCloseResponse(BaseModel):
     id: int
+    closed: bool = True
+
+
+# -- AgentGym convention B (WebShop, SQLGym, SearchQA) -------------------------------------------
+class AgentGymBResetRequest(_AgentGymRequest):
+    """The task index arrives as `session_id` (WebShop), `item_id` (SQLGym) or `id`."""
+
+    env_idx: int
+    session_id: int | None = None
+    item_id: int | None = None
+    id: int | None = None
+
+    @model_validator(mode="after")
+    def _needs_task(self) -> "AgentGymBResetRequest":
+        if self.session_id is None and self.item_id is None and self.id is None:
+            raise ValueError("give the task index as `session_id`, `item_id` or `id`")
+        return self
+
+    @property
+    def task_id(self) -> int:
+        for value in (self.session_id, self.item_id, self.id):
+            if value is not None:
+                return value
+        raise AssertionError("validated above")
+
+
+class AgentGymBStepRequest(_AgentGymRequest):
+    env_idx: int
+    action: str
+
+
+class AgentGymBStepResponse(BaseModel):
+    """WebShop/SQLGym name the observation `state`; `observation` carries the same text."""
+
+    state: str
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentGymBCloseRequest(_AgentGymRequest):
+    env_idx: int
+
+
+class AgentGymBCloseResponse(BaseModel):
     closed: bool = True

@@ -21,6 +21,7 @@ from agentrl_core.envs.errors import (
     UnknownEnvError,
 )
 
+HOSTED = ["countdown", "household", "math"]
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
@@ -114,7 +115,7 @@ def test_non_json_error_bodies_still_map_by_status() -> None:
 # -- typed exceptions against the real app (in-process) ---------------------------------------------
 @pytest.fixture()
 def env_client() -> Iterator[EnvClient]:
-    with TestClient(create_app(max_sessions=3), raise_server_exceptions=False) as tc:
+    with TestClient(create_app(HOSTED, max_sessions=3, workers=1), raise_server_exceptions=False) as tc:
         yield EnvClient("http://testserver", http=tc, retries=0)
 
 
@@ -149,21 +150,21 @@ def test_typed_exceptions_carry_the_status(env_client: EnvClient) -> None:
     assert "HTTP 404 from GET /sessions/5/expert" in str(err.value)
 
 
-def test_server_error_message_includes_the_detail(monkeypatch: pytest.MonkeyPatch, env_client: EnvClient) -> None:
-    from agentrl_core.envs.countdown import Countdown
+def test_server_error_message_includes_the_detail(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentrl_core.envs import registry
+    from tests.envs.test_envs_server import Boom
 
-    def broken(self: Countdown, action: str) -> StepResult:
-        raise KeyError("bad state")
-
-    monkeypatch.setattr(Countdown, "_step", broken)
-    sid, _, _ = env_client.create("countdown", 0)
-    with pytest.raises(EnvServerError, match="countdown raised KeyError: 'bad state'"):
-        env_client.step(sid, "x")
+    monkeypatch.setitem(registry._REGISTRY, "boom", Boom)
+    with TestClient(create_app(["boom"], workers=1), raise_server_exceptions=False) as tc:
+        client = EnvClient("http://testserver", http=tc, retries=0)
+        sid, _, _ = client.create("boom", 0)
+        with pytest.raises(EnvServerError, match="boom raised ZeroDivisionError: secret internals"):
+            client.step(sid, "boom")
 
 
 def test_client_api(env_client: EnvClient) -> None:
-    assert env_client.health()["envs"] == names()
-    assert [e.name for e in env_client.envs()] == names()
+    assert env_client.health()["envs"] == HOSTED
+    assert [e.name for e in env_client.envs()] == HOSTED
     assert env_client.task_ids("household", "test")[:2] == [10_000, 10_001]
     sid, obs, info = env_client.create("household", 3)
     assert obs.startswith("You are in the middle") and info["won"] is False

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import threading
+import os
+import signal
 import time
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import pytest
@@ -11,19 +13,29 @@ from fastapi.testclient import TestClient
 
 from agentrl_core.envs import registry
 from agentrl_core.envs.base import Env, StepResult
-from agentrl_core.envs.server import Session, _parse_args, create_app
+from agentrl_core.envs.server import _parse_args, create_app
+
+HOSTED = ["countdown", "household", "math"]
 
 
 class Boom(Env):
-    """A test env: step("boom") raises; counts live instances; step("slow") takes a while."""
+    """A test env (it runs in the server's worker processes, so it reports through a log file):
+    step("boom") raises; step("slow") logs its start and end; step("pid") answers its process id;
+    close() logs "close"."""
 
     name = "boom"
     action_format = "anything"
     system_prompt = "Test."
     max_steps = 5
-    closed = 0
-    active = 0
-    max_active = 0
+
+    def __init__(self, log: str | None = None) -> None:
+        super().__init__()
+        self.log = log
+
+    def _write(self, line: str) -> None:
+        if self.log:
+            with open(self.log, "a") as f:
+                f.write(line + "\n")
 
     def task_ids(self, split: str) -> Sequence[int]:
         return [0, 1] if split == "train" else [2]
@@ -39,31 +51,40 @@ class Boom(Env):
         if action == "boom":
             raise ZeroDivisionError("secret internals")
         if action == "slow":
-            Boom.active += 1
-            Boom.max_active = max(Boom.max_active, Boom.active)
+            self._write(f"start {time.monotonic()}")
             time.sleep(0.05)
-            Boom.active -= 1
+            self._write(f"end {time.monotonic()}")
             return StepResult("done waiting", 0.0, False, False, {})
+        if action == "pid":
+            return StepResult(str(os.getpid()), 0.0, False, False, {})
         return StepResult("ok", 1.0, True, False, {"success": True})
 
     def expert_action(self) -> str:
         return "win"
 
     def close(self) -> None:
-        Boom.closed += 1
+        self._write("close")
         super().close()
 
 
 @pytest.fixture()
 def boom(monkeypatch: pytest.MonkeyPatch) -> type[Boom]:
     monkeypatch.setitem(registry._REGISTRY, "boom", Boom)
-    Boom.closed = Boom.active = Boom.max_active = 0
     return Boom
 
 
 @pytest.fixture()
+def boom_log(tmp_path: Path) -> Path:
+    return tmp_path / "boom.log"
+
+
+def log_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.fixture()
 def api() -> Iterator[TestClient]:
-    with TestClient(create_app(), raise_server_exceptions=False) as tc:
+    with TestClient(create_app(HOSTED, workers=2), raise_server_exceptions=False) as tc:
         yield tc
 
 
@@ -78,7 +99,7 @@ def assert_error(resp: Any, status: int, error: str, *words: str) -> dict[str, s
 
 # -- native routes ---------------------------------------------------------------------------------
 def test_health_and_env_infos(api: TestClient) -> None:
-    assert api.get("/health").json() == {"status": "ok", "envs": registry.names(), "sessions": 0}
+    assert api.get("/health").json() == {"status": "ok", "envs": HOSTED, "sessions": 0}
     infos = {e["name"]: e for e in api.get("/envs").json()}
     assert infos["household"]["split_sizes"] == {"train": 10_000, "test": 500}
     assert infos["countdown"]["max_steps"] == 3 and infos["countdown"]["reward_range"] == [0.0, 1.0]
@@ -193,9 +214,9 @@ def test_session_ids_are_never_reused_across_apis(api: TestClient) -> None:
     assert seen == sorted(seen) and len(set(seen)) == len(seen)
 
 
-def test_idle_sessions_expire(boom: type[Boom]) -> None:
+def test_idle_sessions_expire(boom: type[Boom], boom_log: Path) -> None:
     now = [1000.0]
-    app = create_app(["boom"], session_ttl_s=60, clock=lambda: now[0])
+    app = create_app(["boom"], session_ttl_s=60, clock=lambda: now[0], env_kwargs={"boom": {"log": str(boom_log)}})
     with TestClient(app) as api:
         old = api.post("/sessions", json={"env": "boom", "task_id": 0}).json()["session_id"]
         now[0] += 50
@@ -203,26 +224,31 @@ def test_idle_sessions_expire(boom: type[Boom]) -> None:
         now[0] += 20  # old: 70 s idle, kept: 20 s idle
         assert_error(api.get(f"/sessions/{old}/expert"), 404, "SessionNotFoundError", "expired after 60 s idle")
         assert api.get(f"/sessions/{kept}/expert").status_code == 200
-        assert Boom.closed == 1 and api.get("/health").json()["sessions"] == 1
+        assert log_lines(boom_log) == ["close"] and api.get("/health").json()["sessions"] == 1
 
 
-def test_shutdown_closes_all_sessions(boom: type[Boom]) -> None:
-    with TestClient(create_app(["boom"])) as api:
+def test_shutdown_closes_all_sessions(boom: type[Boom], boom_log: Path) -> None:
+    with TestClient(create_app(["boom"], env_kwargs={"boom": {"log": str(boom_log)}})) as api:
         for _ in range(3):
             api.post("/sessions", json={"env": "boom", "task_id": 0})
-        assert Boom.closed == 0
-    assert Boom.closed == 3 + 1  # the sessions and the catalog's info instance
+        assert log_lines(boom_log) == []
+        workers = api.app.state.pool.pids()
+    assert log_lines(boom_log) == ["close"] * 3
+    for pid in workers:  # the workers are gone too
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
-def test_one_session_is_never_stepped_concurrently(boom: type[Boom]) -> None:
-    session = Session(0, "boom", Boom(), time.monotonic, 0.0)
-    session.reset(0, None, None)
-    threads = [threading.Thread(target=session.step, args=("slow",)) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert Boom.max_active == 1 and session.steps == 4
+def test_one_session_is_never_stepped_concurrently(boom: type[Boom], boom_log: Path) -> None:
+    import concurrent.futures
+
+    with TestClient(create_app(["boom"], env_kwargs={"boom": {"log": str(boom_log)}})) as api:
+        sid = api.post("/sessions", json={"env": "boom", "task_id": 0}).json()["session_id"]
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            codes = list(ex.map(lambda _: api.post(f"/sessions/{sid}/step", json={"action": "slow"}).status_code, range(4)))
+    assert codes == [200] * 4
+    events = [line.split() for line in log_lines(boom_log) if not line.startswith("close")]
+    assert [e[0] for e in events] == ["start", "end"] * 4  # never two starts in a row: one at a time
 
 
 def test_cli_binds_loopback_by_default() -> None:

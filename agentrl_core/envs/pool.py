@@ -1,0 +1,268 @@
+"""The server's side of its worker processes: start them, send requests, notice deaths, replace.
+
+Everything here runs on the server's asyncio loop and never blocks it: replies are read when the
+worker's socket is readable (`loop.add_reader`), a death is noticed as end-of-file on that socket
+(the kernel closes it when the process dies, kill -9 included), and starting a process runs in
+the default executor. Workers are fresh interpreters (`python -m agentrl_core.envs.worker`),
+never forks of the server, so they inherit none of its threads or locks.
+
+Two kinds of worker:
+- shared: a fixed pool (default one per core) hosting sessions of light envs; a new session goes
+  to the worker with the fewest sessions; a shared worker that dies is replaced at once;
+- dedicated: one process per session, for envs whose class sets `dedicated_worker = True`
+  (ALFWorld, ScienceWorld); it stops when its session closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+from agentrl_core.envs.errors import EnvServerError, EnvTimeoutError, SessionLostError
+from agentrl_core.errors import MissingExtraError, ResetNeededError, TaskNotFoundError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CALL_TIMEOUT_S = 300.0
+_ERRORS: dict[str, type[Exception]] = {
+    cls.__name__: cls for cls in (ResetNeededError, TaskNotFoundError, MissingExtraError, EnvServerError)
+}
+_req_ids = itertools.count()
+
+
+def _child_env() -> dict[str, str]:
+    """The worker's environment: ours, with our import path (a checkout, test modules) on PYTHONPATH."""
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
+class Worker:
+    """One worker process and the requests in flight to it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, dedicated: bool, label: str) -> None:
+        self.loop = loop
+        self.dedicated = dedicated
+        self.label = label
+        self.sessions: set[int] = set()
+        self.pending: dict[int, asyncio.Future[tuple[bool, Any]]] = {}
+        self.alive = False
+        self.stopping = False  # a stop we asked for is not a death
+        self.exit_reason = ""
+        self.on_death: Callable[["Worker"], None] = lambda _: None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the process (blocking for ~0.2 s: call it through the executor)."""
+        ours, theirs = socket.socketpair()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "agentrl_core.envs.worker", "--fd", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=_child_env(),
+            )
+        finally:
+            theirs.close()
+        self._conn = Connection(ours.detach())
+
+    def watch(self) -> None:
+        """Begin reading replies, which is also how a death is noticed (on the loop's thread)."""
+        assert self._conn is not None
+        self.alive = True
+        self.loop.add_reader(self._conn.fileno(), self._on_readable)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.poll() if self.process else None
+
+    def kill(self) -> None:
+        """SIGKILL the process (its death is then handled like any other)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Ask the worker to close its sessions and exit; kill it if it does not in time."""
+        self.stopping = True
+        if self.alive and self._conn is not None:
+            try:
+                self._conn.send((next(_req_ids), "stop", -1, None))
+            except OSError:
+                pass
+        deadline = self.loop.time() + timeout_s
+        while self.exitcode is None and self.loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        if self.exitcode is None:
+            self.kill()
+            await self.loop.run_in_executor(None, self.process.wait)  # type: ignore[union-attr]
+        self._forget(f"stopped (exit code {self.exitcode})")
+
+    # -- requests -------------------------------------------------------------------------------
+    async def call(self, op: str, sid: int, args: Any = None, timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S) -> Any:
+        """Run `op` on the worker and return its payload; typed errors as the env raised them."""
+        if not self.alive:
+            raise SessionLostError(f"session {sid} was lost: its worker process {self.exit_reason or 'is gone'}")
+        req_id = next(_req_ids)
+        future: asyncio.Future[tuple[bool, Any]] = self.loop.create_future()
+        self.pending[req_id] = future
+        try:
+            assert self._conn is not None
+            self._conn.send((req_id, op, sid, args))
+            ok, payload = await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            self.kill()  # a hung engine: free its CPU and memory; its sessions are lost
+            raise EnvTimeoutError(
+                f"{op} on session {sid} took longer than {timeout_s:g} s; its worker was stopped and the "
+                "session is lost (raise the server's --call-timeout for slow envs)"
+            ) from None
+        except (BrokenPipeError, ConnectionError):
+            raise SessionLostError(f"session {sid} was lost: its worker process {self.exit_reason or 'is gone'}") from None
+        finally:
+            self.pending.pop(req_id, None)
+        if ok:
+            return payload
+        name, message = payload
+        raise _ERRORS.get(name, EnvServerError)(message)
+
+    # -- events ---------------------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        assert self._conn is not None
+        try:
+            while self._conn.poll():
+                req_id, ok, payload = self._conn.recv()
+                future = self.pending.get(req_id)
+                if future is not None and not future.done():
+                    future.set_result((ok, payload))
+        except (EOFError, OSError):
+            self._on_exit()
+
+    def _on_exit(self) -> None:
+        if not self.alive:
+            return
+        code = self._reap()
+        reason = f"died (exit code {code})" if code is not None else "closed its pipe"
+        if self.stopping:
+            self._forget(f"stopped (exit code {code})")
+            return
+        log.warning("env worker %s (pid %s) %s; its %d session(s) are lost", self.label, self.pid, reason, len(self.sessions))
+        self._forget(reason)
+        self.on_death(self)
+
+    def _reap(self) -> int | None:
+        """The exit code of a process whose socket closed (it is dead or dying: wait briefly)."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            self.process.kill()  # it closed its socket but lives on: it is of no use any more
+            return None
+
+    def _forget(self, reason: str) -> None:
+        """Stop watching; fail every request in flight with SessionLostError."""
+        if self.alive and self._conn is not None:
+            self.alive = False
+            try:
+                self.loop.remove_reader(self._conn.fileno())
+            except (ValueError, OSError):
+                pass
+        self.exit_reason = reason
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(SessionLostError(f"the session's worker process {reason}; start a new session"))
+        self.pending.clear()
+        try:
+            if self._conn is not None:
+                self._conn.close()
+        except OSError:
+            pass
+
+
+class WorkerPool:
+    """The shared workers and the dedicated ones, with restart counts for the metrics route."""
+
+    def __init__(self, shared_workers: int | None = None) -> None:
+        self.size = max(1, shared_workers or min(8, os.cpu_count() or 1))
+        self.shared: list[Worker] = []
+        self.dedicated: set[Worker] = set()
+        self.restarts = 0  # shared workers replaced after dying
+        self.deaths = 0  # any worker that died unasked
+        self.on_lost: Callable[[Worker], None] = lambda _: None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._labels = itertools.count()
+        self._closing = False
+
+    async def start(self) -> None:
+        """Start the shared workers (on the running loop)."""
+        self._loop = asyncio.get_running_loop()
+        self.shared = list(await asyncio.gather(*(self._spawn(dedicated=False) for _ in range(self.size))))
+
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
+    async def _spawn(self, *, dedicated: bool) -> Worker:
+        assert self._loop is not None, "WorkerPool.start() was not awaited"
+        label = f"{'d' if dedicated else 's'}{next(self._labels)}"
+        worker = Worker(self._loop, dedicated=dedicated, label=label)
+        await self._loop.run_in_executor(None, worker.start)
+        worker.on_death = self._died
+        worker.watch()
+        return worker
+
+    def least_loaded(self) -> Worker:
+        """The live shared worker with the fewest sessions."""
+        live = [w for w in self.shared if w.alive]
+        if not live:
+            raise SessionLostError("no live env worker right now (one is being replaced); retry in a moment")
+        return min(live, key=lambda w: len(w.sessions))
+
+    async def dedicated_worker(self) -> Worker:
+        worker = await self._spawn(dedicated=True)
+        self.dedicated.add(worker)
+        return worker
+
+    async def release(self, worker: Worker) -> None:
+        """A dedicated worker's session closed: stop it."""
+        if worker.dedicated:
+            self.dedicated.discard(worker)
+            await worker.stop()
+
+    def _died(self, worker: Worker) -> None:
+        if self._closing:
+            return
+        self.deaths += 1
+        self.on_lost(worker)
+        if worker.dedicated:
+            self.dedicated.discard(worker)
+            return
+        assert self._loop is not None
+        self._loop.create_task(self._replace(worker))
+
+    async def _replace(self, dead: Worker) -> None:
+        replacement = await self._spawn(dedicated=False)
+        if self._closing:
+            await replacement.stop()
+            return
+        self.shared = [replacement if w is dead else w for w in self.shared]
+        self.restarts += 1
+        log.warning("env worker %s replaced by %s (pid %s)", dead.label, replacement.label, replacement.pid)
+
+    async def stop(self) -> None:
+        """Stop every worker (they close their sessions first)."""
+        self._closing = True
+        workers = [*self.shared, *self.dedicated]
+        await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+        self.shared, self.dedicated = [], set()
+
+    def pids(self) -> list[int]:
+        return [w.pid for w in (*self.shared, *self.dedicated) if w.alive and w.pid is not None]

@@ -1,0 +1,161 @@
+"""The server's worker processes under faults: kill -9, dedicated workers, caps, metrics, convention B."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from agentrl_core.envs import registry
+from agentrl_core.envs.server import create_app
+from agentrl_core.envs.server_metrics import quantile
+from agentrl_core.errors import MissingExtraError
+from tests.envs.test_envs_server import Boom, assert_error
+
+
+class SoloBoom(Boom):
+    """Boom whose every session gets a worker process of its own, at most 2 at once."""
+
+    name = "soloboom"
+    dedicated_worker = True
+    max_sessions = 2
+
+
+class ShopBoom(Boom):
+    """Boom answering AgentGym's convention B (env_idx), like WebShop and SQLGym."""
+
+    name = "shopboom"
+    agentgym_convention = "B"
+
+
+class NeedsExtra(Boom):
+    name = "needsextra"
+    extra = "nonexistent"
+    requires = ("agentrl_no_such_module_xyz",)
+
+
+@pytest.fixture()
+def envs(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cls in (Boom, SoloBoom, ShopBoom, NeedsExtra):
+        monkeypatch.setitem(registry._REGISTRY, cls.name, cls)
+
+
+@pytest.fixture()
+def api(envs: None) -> Iterator[TestClient]:
+    with TestClient(create_app(["boom", "soloboom", "countdown"], workers=2), raise_server_exceptions=False) as tc:
+        yield tc
+
+
+def new_session(api: TestClient, env: str) -> int:
+    resp = api.post("/sessions", json={"env": env, "task_id": 0})
+    assert resp.status_code == 200, resp.text
+    return int(resp.json()["session_id"])
+
+
+def worker_pid(api: TestClient, sid: int) -> int:
+    return int(api.post(f"/sessions/{sid}/step", json={"action": "pid"}).json()["observation"])
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_a_killed_worker_fails_only_its_own_sessions(api: TestClient) -> None:
+    a, b = new_session(api, "boom"), new_session(api, "boom")  # least-loaded placement: two workers
+    pid_a, pid_b = worker_pid(api, a), worker_pid(api, b)
+    assert pid_a != pid_b and pid_a != os.getpid()
+    os.kill(pid_a, signal.SIGKILL)  # mid-episode: both sessions are reset and stepping
+    wait_for(lambda: api.get("/metrics").json()["worker_restarts"] == 1)
+    body = assert_error(api.post(f"/sessions/{a}/step", json={"action": "ok"}), 410, "SessionLostError", "exit code -9")
+    assert "new session" in body["detail"]
+    assert api.post(f"/sessions/{b}/step", json={"action": "ok"}).json()["reward"] == 1.0  # unaffected
+    metrics = api.get("/metrics").json()
+    assert metrics["worker_deaths"] == 1 and metrics["sessions_lost"] == 1 and metrics["workers_shared"] == 2
+    c = new_session(api, "boom")  # the replacement serves new sessions
+    assert worker_pid(api, c) not in (pid_a,)
+    assert api.get("/health").json()["sessions"] == 2
+
+
+def test_a_worker_killed_during_a_call_answers_that_call(api: TestClient, tmp_path: Path) -> None:
+    import concurrent.futures
+
+    sid = new_session(api, "boom")
+    pid = worker_pid(api, sid)
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        pending = ex.submit(api.post, f"/sessions/{sid}/step", json={"action": "slow"})
+        time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        resp = pending.result(timeout=10)
+    assert resp.status_code in (200, 410)  # finished before the kill, or lost with it: never a hang
+    assert_error(api.post(f"/sessions/{sid}/step", json={"action": "ok"}), 410, "SessionLostError")
+
+
+def test_dedicated_workers_one_process_per_session(api: TestClient) -> None:
+    a, b = new_session(api, "soloboom"), new_session(api, "soloboom")
+    pid_a, pid_b = worker_pid(api, a), worker_pid(api, b)
+    assert pid_a != pid_b
+    assert api.get("/metrics").json()["workers_dedicated"] == 2
+    assert_error(api.post("/sessions", json={"env": "soloboom", "task_id": 0}), 429, "TooManySessionsError", "soloboom")
+    assert api.delete(f"/sessions/{a}").status_code == 204
+    wait_for(lambda: api.get("/metrics").json()["workers_dedicated"] == 1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid_a, 0)
+    os.kill(pid_b, signal.SIGKILL)  # a dedicated worker is not replaced: its session is lost
+    wait_for(lambda: api.get("/metrics").json()["worker_deaths"] == 1)
+    assert_error(api.post(f"/sessions/{b}/step", json={"action": "ok"}), 410, "SessionLostError")
+    assert api.get("/metrics").json()["worker_restarts"] == 0
+    new_session(api, "soloboom")  # the cap counts live sessions only
+
+
+def test_metrics_report_load(api: TestClient) -> None:
+    sid = new_session(api, "countdown")
+    for _ in range(3):
+        api.post(f"/sessions/{sid}/step", json={"action": "nonsense"})
+    m = api.get("/metrics").json()
+    assert m["sessions"] == {"boom": 0, "soloboom": 0, "countdown": 1} and m["sessions_total"] == 1
+    assert m["steps_total"] == 3 and m["steps_by_env"] == {"countdown": 3} and m["steps_per_s"] > 0
+    assert 0 < m["step_latency_ms"]["p50"] <= m["step_latency_ms"]["p99"] <= m["step_latency_ms"]["max"]
+    assert m["server_rss_mb"] > 0 and m["workers_rss_mb"] > 0
+
+
+def test_nearest_rank_quantile() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert quantile(values, 0.5) == 50.0 and quantile(values, 0.99) == 99.0 and quantile(values, 1.0) == 100.0
+    assert quantile([], 0.5) == 0.0 and quantile([7.0], 0.01) == 7.0
+
+
+def test_agentgym_convention_b(envs: None) -> None:
+    with TestClient(create_app(["shopboom"], workers=1)) as api:
+        for prefix in ("/shopboom", ""):
+            idx = api.post(f"{prefix}/create").json()
+            assert isinstance(idx, int)
+            assert api.post(f"{prefix}/reset", json={"env_idx": idx, "session_id": 1}).json() == ["ready", None]
+            assert api.post(f"{prefix}/reset", json={"env_idx": idx, "item_id": 2}).status_code == 200  # SQLGym's key
+            step = api.post(f"{prefix}/step", json={"env_idx": idx, "action": "win"}).json()
+            assert step == {"state": "ok", "observation": "ok", "reward": 1.0, "done": True, "info": {"success": True}}
+            assert api.get(f"{prefix}/observation", params={"env_idx": idx}).json() == "ok"
+            assert api.post(f"{prefix}/close", json={"env_idx": idx}).json() == {"closed": True}
+            assert_error(api.get(f"{prefix}/observation", params={"env_idx": idx}), 404, "SessionNotFoundError")
+        assert_error(api.post("/reset", json={"env_idx": 0}), 422, "InvalidRequestError", "session_id")
+
+
+def test_a_named_env_without_its_extra_is_refused(envs: None) -> None:
+    with pytest.raises(MissingExtraError, match="agentrl\\[nonexistent\\]"):
+        create_app(["needsextra"])
+    assert "needsextra" not in registry.available_names()
+
+
+def test_env_errors_in_workers_keep_their_types(api: TestClient) -> None:
+    assert_error(api.post("/sessions", json={"env": "boom", "task_id": 9}), 404, "TaskNotFoundError", "no task 9")
+    sid = new_session(api, "boom")
+    body = assert_error(api.post(f"/sessions/{sid}/step", json={"action": "boom"}), 500, "EnvServerError", "ZeroDivisionError")
+    assert "Traceback" not in body["detail"]
+    assert api.get("/health").json()["sessions"] == 1
