@@ -27,11 +27,14 @@ def cmd_import_model(args: argparse.Namespace) -> int:
 
 def cmd_envs(args: argparse.Namespace) -> int:
     from agentrl_core.envs import env_class, names
+    from agentrl_core.envs.extras import install_command
+    from agentrl_core.envs.registry import versioned_id
 
-    table = Table("name", "action format", "reward range", "max steps")
+    table = Table("name", "id", "reward range", "max steps", "AgentGym", "installed")
     for name in names():
         cls = env_class(name)
-        table.add_row(name, cls.action_format, str(cls.reward_range), str(cls.max_steps))
+        status = "yes" if cls.missing_extra() is None else f"no: {install_command(cls.extra or name)}"
+        table.add_row(name, versioned_id(cls), str(cls.reward_range), str(cls.max_steps), cls.agentgym_convention, status)
     Console().print(table)
     return 0
 
@@ -39,7 +42,10 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from agentrl_core.envs.server import serve
 
-    serve(env_names=args.envs.split(",") if args.envs else None, host=args.host, port=args.port)
+    serve(
+        env_names=args.envs.split(",") if args.envs else None, host=args.host, port=args.port,
+        max_sessions=args.max_sessions, session_ttl_s=args.session_ttl, workers=args.workers,
+    )
     return 0
 
 
@@ -117,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--envs", help="comma-separated env names (default: all)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--workers", type=int, default=None, help="shared env worker processes (default: one per core)")
+    s.add_argument("--max-sessions", type=int, default=1024, help="most live sessions (then HTTP 429)")
+    s.add_argument("--session-ttl", type=float, default=600.0, help="seconds before an idle session is closed")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("run", help="run a recipe as a Prefect flow (ephemeral local Prefect unless PREFECT_API_URL is set)")

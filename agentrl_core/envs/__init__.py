@@ -13,12 +13,14 @@ from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.checker import check_env
 from agentrl_core.envs.registry import env_class, make, names, register
 
+from agentrl_core.envs import bfcl as _bfcl  # noqa: F401,E402  (registers "bfcl"; needs the bfcl extra)
 from agentrl_core.envs import countdown as _countdown  # noqa: F401,E402  (registers "countdown")
 from agentrl_core.envs import household as _household  # noqa: F401,E402  (registers "household")
 from agentrl_core.envs import math_word as _math_word  # noqa: F401,E402  (registers "math")
 from agentrl_core.envs import searchqa as _searchqa  # noqa: F401,E402  (registers "searchqa")
 from agentrl_core.envs import sql as _sql  # noqa: F401,E402  (registers "sql")
 from agentrl_core.envs import textcraft as _textcraft  # noqa: F401,E402  (registers "textcraft")
+from agentrl_core.envs import webshop as _webshop  # noqa: F401,E402  (registers "webshop")
 
 _LAZY = {
     "EnvClient": "agentrl_core.envs.client",

@@ -20,3 +20,15 @@ def server() -> Iterator[ServerProcess]:
 def client(server: ServerProcess) -> Iterator[EnvClient]:
     with EnvClient(server.url, timeout=10.0, retries=1, backoff=0.0) as c:
         yield c
+
+
+def every_env() -> list[object]:
+    """Every registered env name as a pytest param; those whose extra is missing are skipped, saying why."""
+    from agentrl_core.envs import env_class, names
+
+    params = []
+    for name in names():
+        missing = env_class(name).missing_extra()
+        marks = [pytest.mark.skip(reason=missing)] if missing else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params

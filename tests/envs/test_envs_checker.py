@@ -7,11 +7,13 @@ from typing import Any, Sequence
 
 import pytest
 
-from agentrl_core.envs import Env, StepResult, check_env, make, names
+from tests.envs.conftest import every_env
+
+from agentrl_core.envs import Env, StepResult, check_env, make
 from agentrl_core.envs.errors import EnvCheckError
 
 
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", every_env())
 def test_registered_env_conforms(name: str) -> None:
     check_env(make(name))
 

@@ -8,11 +8,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentrl_core.envs import EnvClient, RemoteEnv, ServerProcess, check_env, launch_server, names
+from tests.envs.conftest import every_env
+
+from agentrl_core.envs import EnvClient, RemoteEnv, ServerProcess, check_env, launch_server
 from agentrl_core.envs.errors import EnvServerUnavailable, ServerStartError
 
 
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", every_env())
 def test_check_env_over_http(client: EnvClient, name: str) -> None:
     env = RemoteEnv(client, name)
     check_env(env)
