@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import aiohttp  # noqa: E402
 import httpx  # noqa: E402
 
 from bench._common import load_baseline, print_table, save_json  # noqa: E402
@@ -42,6 +43,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--envs", default="babyai,countdown", help="comma-separated envs to load (round-robin)")
     p.add_argument("--sessions", type=int, default=256)
     p.add_argument("--seconds", type=float, default=20.0, help="length of the load phase")
+    p.add_argument("--client-procs", type=int, default=4, help="client processes sharing the sessions (one asyncio loop each)")
     p.add_argument("--cycles", type=int, default=10_000, help="create/close cycles of the leak check (0 skips it)")
     p.add_argument("--cycle-concurrency", type=int, default=16)
     p.add_argument("--workers", type=int, default=None, help="the server's shared workers (default: one per core)")
@@ -59,45 +61,71 @@ def pick_action(env: str, info: dict[str, Any], rng: random.Random) -> str:
     return FALLBACK_ACTION.get(env, "look")
 
 
+async def post(http: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async with http.post(path, json=body) as resp:
+        resp.raise_for_status()
+        return await resp.json()
+
+
 async def session_loop(
-    http: httpx.AsyncClient, env: str, task_ids: list[int], deadline: float, latencies: list[float], seed: int
+    http: aiohttp.ClientSession, env: str, task_ids: list[int], deadline: float, latencies: list[float], seed: int
 ) -> int:
     """One session: create, step until the deadline (resetting when an episode ends), close."""
     rng = random.Random(seed)
-    created = (await http.post("/sessions", json={"env": env, "task_id": rng.choice(task_ids)})).json()
+    created = await post(http, "/sessions", {"env": env, "task_id": rng.choice(task_ids)})
     sid, info, steps = created["session_id"], created["info"], 0
     while time.monotonic() < deadline:
         started = time.perf_counter()
-        resp = await http.post(f"/sessions/{sid}/step", json={"action": pick_action(env, info, rng)})
+        body = await post(http, f"/sessions/{sid}/step", {"action": pick_action(env, info, rng)})
         latencies.append(time.perf_counter() - started)
-        resp.raise_for_status()
-        body = resp.json()
         steps += 1
         info = body["info"]
         if body["terminated"] or body["truncated"]:
-            info = (await http.post(f"/sessions/{sid}/reset", json={"task_id": rng.choice(task_ids)})).json()["info"]
-    await http.delete(f"/sessions/{sid}")
+            info = (await post(http, f"/sessions/{sid}/reset", {"task_id": rng.choice(task_ids)}))["info"]
+    async with http.delete(f"/sessions/{sid}") as resp:
+        resp.raise_for_status()
     return steps
 
 
-async def load_phase(url: str, envs: list[str], sessions: int, seconds: float) -> dict[str, float]:
-    limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120.0) as http:
-        tasks = {env: (await http.get(f"/envs/{env}/tasks", params={"split": "train"})).json()["task_ids"][:200] for env in envs}
+async def client_loops(url: str, envs: list[str], ids: list[int], deadline: float) -> tuple[int, list[float]]:
+    """One client process: sessions `ids` (round-robin over envs) on one asyncio loop (aiohttp: httpx's
+    async pool costs O(connections) per request and would be the bottleneck)."""
+    connector = aiohttp.TCPConnector(limit=len(ids))
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(base_url=url, connector=connector, timeout=timeout) as http:
+        tasks = {}
+        for env in envs:
+            async with http.get(f"/envs/{env}/tasks", params={"split": "train"}) as resp:
+                tasks[env] = (await resp.json())["task_ids"][:200]
         latencies: list[float] = []
-        deadline = time.monotonic() + seconds
-        started = time.monotonic()
         counts = await asyncio.gather(*(
-            session_loop(http, envs[i % len(envs)], tasks[envs[i % len(envs)]], deadline, latencies, i)
-            for i in range(sessions)
+            session_loop(http, envs[i % len(envs)], tasks[envs[i % len(envs)]], deadline, latencies, i) for i in ids
         ))
-        elapsed = time.monotonic() - started
-        metrics = (await http.get("/metrics")).json()
-    lat = sorted(latencies)
+    return sum(counts), latencies
+
+
+def client_process(url: str, envs: list[str], ids: list[int], deadline_wall: float) -> tuple[int, list[float]]:
+    """Entry point of a client process (the deadline is wall-clock time, shared by every process)."""
+    return asyncio.run(client_loops(url, envs, ids, time.monotonic() + (deadline_wall - time.time())))
+
+
+def load_phase(url: str, envs: list[str], sessions: int, seconds: float, procs: int) -> dict[str, float]:
+    """Sessions split over `procs` client processes (one Python loop cannot drive hundreds of
+    connections without becoming the bottleneck itself)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    groups = [list(range(k, sessions, procs)) for k in range(procs)]
+    started = time.monotonic()
+    with ProcessPoolExecutor(procs) as ex:
+        results = list(ex.map(client_process, [url] * procs, [envs] * procs, groups, [time.time() + seconds] * procs))
+    elapsed = time.monotonic() - started
+    metrics = httpx.get(f"{url}/metrics", timeout=30).json()
+    steps = sum(r[0] for r in results)
+    lat = sorted(x for r in results for x in r[1])
     return {
         "sessions": float(sessions),
-        "steps": float(sum(counts)),
-        "steps_per_s": sum(counts) / elapsed,
+        "steps": float(steps),
+        "steps_per_s": steps / elapsed,
         "client_p50_ms": quantile(lat, 0.5) * 1000,
         "client_p99_ms": quantile(lat, 0.99) * 1000,
         "server_p50_ms": metrics["step_latency_ms"]["p50"],
@@ -107,13 +135,13 @@ async def load_phase(url: str, envs: list[str], sessions: int, seconds: float) -
     }
 
 
-async def cycle(http: httpx.AsyncClient, env: str, task_id: int) -> None:
-    resp = await http.post("/sessions", json={"env": env, "task_id": task_id})
-    resp.raise_for_status()
-    (await http.delete(f"/sessions/{resp.json()['session_id']}")).raise_for_status()
+async def cycle(http: aiohttp.ClientSession, env: str, task_id: int) -> None:
+    created = await post(http, "/sessions", {"env": env, "task_id": task_id})
+    async with http.delete(f"/sessions/{created['session_id']}") as resp:
+        resp.raise_for_status()
 
 
-async def cycles(http: httpx.AsyncClient, env: str, n: int, concurrency: int) -> None:
+async def cycles(http: aiohttp.ClientSession, env: str, n: int, concurrency: int) -> None:
     async def runner(k: int) -> None:
         for i in range(k, n, concurrency):
             await cycle(http, env, i % 100)
@@ -121,20 +149,26 @@ async def cycles(http: httpx.AsyncClient, env: str, n: int, concurrency: int) ->
     await asyncio.gather(*(runner(k) for k in range(concurrency)))
 
 
-async def total_rss(http: httpx.AsyncClient) -> float:
-    m = (await http.get("/metrics")).json()
+async def get(http: aiohttp.ClientSession, path: str) -> Any:
+    async with http.get(path) as resp:
+        resp.raise_for_status()
+        return await resp.json()
+
+
+async def total_rss(http: aiohttp.ClientSession) -> float:
+    m = await get(http, "/metrics")
     return float((m["server_rss_mb"] or 0.0) + (m["workers_rss_mb"] or 0.0))
 
 
 async def leak_phase(url: str, env: str, n: int, concurrency: int) -> dict[str, float]:
-    async with httpx.AsyncClient(base_url=url, timeout=60.0) as http:
+    async with aiohttp.ClientSession(base_url=url, timeout=aiohttp.ClientTimeout(total=60)) as http:
         await cycles(http, env, WARMUP_CYCLES, concurrency)
         before = await total_rss(http)
         started = time.monotonic()
         await cycles(http, env, n, concurrency)
         elapsed = time.monotonic() - started
         after = await total_rss(http)
-        live = (await http.get("/health")).json()["sessions"]
+        live = (await get(http, "/health"))["sessions"]
     return {"cycles": float(n), "cycles_per_s": n / elapsed, "rss_before_mb": before, "rss_after_mb": after,
             "rss_growth_mb": after - before, "live_sessions_after": float(live)}
 
@@ -143,7 +177,7 @@ def main() -> int:
     args = parse()
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
     with launch_server(envs, max_sessions=max(1024, args.sessions * 2), workers=args.workers) as server:
-        figures = asyncio.run(load_phase(server.url, envs, args.sessions, args.seconds))
+        figures = load_phase(server.url, envs, args.sessions, args.seconds, args.client_procs)
         if args.cycles:
             figures |= asyncio.run(leak_phase(server.url, envs[0], args.cycles, args.cycle_concurrency))
     print_table(f"env server: {args.sessions} sessions on {', '.join(envs)}", figures, load_baseline(args.baseline))

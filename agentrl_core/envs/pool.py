@@ -1,9 +1,9 @@
 """The server's side of its worker processes: start them, send requests, notice deaths, replace.
 
-Everything here runs on the server's asyncio loop and never blocks it: replies are read when the
-worker's socket is readable (`loop.add_reader`), a death is noticed as end-of-file on that socket
-(the kernel closes it when the process dies, kill -9 included), and starting a process runs in
-the default executor. Workers are fresh interpreters (`python -m agentrl_core.envs.worker`),
+Everything here runs on the server's asyncio loop and never blocks it: requests are written and
+replies read through asyncio streams over a socket pair (`frames.py`), one reader task per
+worker; a death is noticed as end-of-file on that socket (the kernel closes it when the process
+dies, kill -9 included); starting and reaping a process run in the default executor. Workers are fresh interpreters (`python -m agentrl_core.envs.worker`),
 never forks of the server, so they inherit none of its threads or locks.
 
 Two kinds of worker:
@@ -22,9 +22,9 @@ import os
 import socket
 import subprocess
 import sys
-from multiprocessing.connection import Connection
 from typing import Any, Callable
 
+from agentrl_core.envs import frames
 from agentrl_core.envs.errors import EnvServerError, EnvTimeoutError, SessionLostError
 from agentrl_core.errors import MissingExtraError, ResetNeededError, TaskNotFoundError
 
@@ -57,7 +57,9 @@ class Worker:
         self.exit_reason = ""
         self.on_death: Callable[["Worker"], None] = lambda _: None
         self.process: subprocess.Popen[bytes] | None = None
-        self._conn: Connection | None = None
+        self._sock: socket.socket | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -70,13 +72,14 @@ class Worker:
             )
         finally:
             theirs.close()
-        self._conn = Connection(ours.detach())
+        self._sock = ours
 
-    def watch(self) -> None:
-        """Begin reading replies, which is also how a death is noticed (on the loop's thread)."""
-        assert self._conn is not None
+    async def watch(self) -> None:
+        """Open the streams and start the reader task, which is also how a death is noticed."""
+        assert self._sock is not None
+        reader, self._writer = await asyncio.open_connection(sock=self._sock)
         self.alive = True
-        self.loop.add_reader(self._conn.fileno(), self._on_readable)
+        self._reader_task = self.loop.create_task(self._read_replies(reader))
 
     @property
     def pid(self) -> int | None:
@@ -94,10 +97,10 @@ class Worker:
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Ask the worker to close its sessions and exit; kill it if it does not in time."""
         self.stopping = True
-        if self.alive and self._conn is not None:
+        if self.alive and self._writer is not None:
             try:
-                self._conn.send((next(_req_ids), "stop", -1, None))
-            except OSError:
+                self._writer.write(frames.encode((next(_req_ids), "stop", -1, None)))
+            except (OSError, RuntimeError):
                 pass
         deadline = self.loop.time() + timeout_s
         while self.exitcode is None and self.loop.time() < deadline:
@@ -116,8 +119,8 @@ class Worker:
         future: asyncio.Future[tuple[bool, Any]] = self.loop.create_future()
         self.pending[req_id] = future
         try:
-            assert self._conn is not None
-            self._conn.send((req_id, op, sid, args))
+            assert self._writer is not None
+            self._writer.write(frames.encode((req_id, op, sid, args)))
             ok, payload = await asyncio.wait_for(future, timeout_s)
         except asyncio.TimeoutError:
             self.kill()  # a hung engine: free its CPU and memory; its sessions are lost
@@ -125,7 +128,7 @@ class Worker:
                 f"{op} on session {sid} took longer than {timeout_s:g} s; its worker was stopped and the "
                 "session is lost (raise the server's --call-timeout for slow envs)"
             ) from None
-        except (BrokenPipeError, ConnectionError):
+        except (OSError, RuntimeError):  # the transport is closing: the worker is gone
             raise SessionLostError(f"session {sid} was lost: its worker process {self.exit_reason or 'is gone'}") from None
         finally:
             self.pending.pop(req_id, None)
@@ -135,21 +138,22 @@ class Worker:
         raise _ERRORS.get(name, EnvServerError)(message)
 
     # -- events ---------------------------------------------------------------------------------
-    def _on_readable(self) -> None:
-        assert self._conn is not None
+    async def _read_replies(self, reader: asyncio.StreamReader) -> None:
+        """Resolve each reply's future; at end of stream (the worker died or stopped) handle the exit."""
         try:
-            while self._conn.poll():
-                req_id, ok, payload = self._conn.recv()
+            while True:
+                req_id, ok, payload = await frames.read(reader)
                 future = self.pending.get(req_id)
                 if future is not None and not future.done():
                     future.set_result((ok, payload))
-        except (EOFError, OSError):
-            self._on_exit()
+        except (asyncio.IncompleteReadError, OSError):
+            pass
+        await self._on_exit()
 
-    def _on_exit(self) -> None:
+    async def _on_exit(self) -> None:
         if not self.alive:
             return
-        code = self._reap()
+        code = await self.loop.run_in_executor(None, self._reap)
         reason = f"died (exit code {code})" if code is not None else "closed its pipe"
         if self.stopping:
             self._forget(f"stopped (exit code {code})")
@@ -169,22 +173,14 @@ class Worker:
 
     def _forget(self, reason: str) -> None:
         """Stop watching; fail every request in flight with SessionLostError."""
-        if self.alive and self._conn is not None:
-            self.alive = False
-            try:
-                self.loop.remove_reader(self._conn.fileno())
-            except (ValueError, OSError):
-                pass
+        self.alive = False
         self.exit_reason = reason
         for future in self.pending.values():
             if not future.done():
                 future.set_exception(SessionLostError(f"the session's worker process {reason}; start a new session"))
         self.pending.clear()
-        try:
-            if self._conn is not None:
-                self._conn.close()
-        except OSError:
-            pass
+        if self._writer is not None:
+            self._writer.close()
 
 
 class WorkerPool:
@@ -216,7 +212,7 @@ class WorkerPool:
         worker = Worker(self._loop, dedicated=dedicated, label=label)
         await self._loop.run_in_executor(None, worker.start)
         worker.on_death = self._died
-        worker.watch()
+        await worker.watch()
         return worker
 
     def least_loaded(self) -> Worker:

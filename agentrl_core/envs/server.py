@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TTL_S", "create_app", "main", "serve"]
 
+KEEP_ALIVE_S = 120
 _RESERVED = frozenset({"envs", "sessions", "health", "metrics", "docs", "redoc", "openapi.json"})
 
 
@@ -350,7 +351,10 @@ def serve(
         tmp.write_text(str(bound))
         tmp.replace(port_file)  # atomic: the launcher never reads half a number
     print(f"agentrl env server on http://{host}:{bound}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=host, port=bound, log_level=log_level, access_log=False)
+    # keep-alive longer than a slow LLM turn, so clients' pooled connections are not closed under them
+    config = uvicorn.Config(
+        app, host=host, port=bound, log_level=log_level, access_log=False, timeout_keep_alive=KEEP_ALIVE_S
+    )
     uvicorn.Server(config).run(sockets=[sock])
 
 

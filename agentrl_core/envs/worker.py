@@ -4,7 +4,7 @@ Engines that block or are not thread-safe (ALFWorld's TextWorld, ScienceWorld's 
 safe because a worker never runs two requests at once. A worker that dies takes only its own
 sessions with it; the server (see `pool.py`) notices through the process sentinel.
 
-Protocol over one duplex `multiprocessing` connection (pickled tuples):
+Protocol over one socket pair, as length-prefixed pickle frames (`frames.py`):
 
     request  = (req_id, op, sid, args)
     response = (req_id, True, payload)  or  (req_id, False, (error_type_name, message))
@@ -23,12 +23,13 @@ import importlib
 import logging
 import queue
 import signal
+import socket
 import sys
 import threading
-from multiprocessing.connection import Connection
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from agentrl_core.envs import frames
 from agentrl_core.envs.base import Env
 from agentrl_core.errors import MissingExtraError, ResetNeededError, TaskNotFoundError
 
@@ -136,31 +137,33 @@ def _error(exc: Exception, env_name: str) -> tuple[str, str]:
     return "EnvServerError", f"{env_name} raised {type(exc).__name__}: {exc}"
 
 
-def _drain(conn: Any, inbox: "queue.SimpleQueue[Any]") -> None:
-    """Move requests from the pipe into `inbox` as they arrive, so the server's sends never block."""
+def _drain(sock: socket.socket, inbox: "queue.SimpleQueue[Any]") -> None:
+    """Move requests from the socket into `inbox` as they arrive, so the server's sends never block."""
     try:
         while True:
-            inbox.put(conn.recv())
+            inbox.put(frames.recv(sock))
     except (EOFError, OSError):
         inbox.put(None)  # the server is gone: shut down
 
 
-def _send(conn: Any, reply: tuple[Any, ...]) -> bool:
-    """Send a reply; one that cannot be pickled goes back as an error. False when the pipe is gone."""
+def _send(sock: socket.socket, reply: tuple[Any, ...]) -> bool:
+    """Send a reply; one that cannot be pickled goes back as an error. False when the socket is gone."""
     try:
-        conn.send(reply)
-    except (BrokenPipeError, EOFError, ConnectionError):
-        return False
+        data = frames.encode(reply)
     except Exception as exc:  # noqa: BLE001 - e.g. an info dict holding an unpicklable object
-        conn.send((reply[0], False, ("EnvServerError", f"the env's reply could not be sent: {exc}")))
+        data = frames.encode((reply[0], False, ("EnvServerError", f"the env's reply could not be sent: {exc}")))
+    try:
+        sock.sendall(data)
+    except OSError:
+        return False
     return True
 
 
-def worker_main(conn: Any) -> None:
+def worker_main(sock: socket.socket) -> None:
     """The worker's loop: run requests in arrival order until "stop" or the server disappears."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which stops us in order
     inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-    threading.Thread(target=_drain, args=(conn, inbox), name="worker-inbox", daemon=True).start()
+    threading.Thread(target=_drain, args=(sock, inbox), name="worker-inbox", daemon=True).start()
     sessions = _Sessions()
     names: dict[int, str] = {}
     try:
@@ -176,7 +179,7 @@ def worker_main(conn: Any) -> None:
                 reply = (req_id, False, _error(exc, names.get(sid, "env")))
             if op in ("close", "describe"):
                 names.pop(sid, None)
-            if not _send(conn, reply):
+            if not _send(sock, reply):
                 break
     finally:
         sessions.close_all()
@@ -188,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="this worker's end of the server's socket pair")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s worker: %(message)s")
-    worker_main(Connection(args.fd))
+    worker_main(socket.socket(fileno=args.fd))
     return 0
 
 
