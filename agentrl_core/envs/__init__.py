@@ -18,6 +18,7 @@ from agentrl_core.envs import bfcl as _bfcl  # noqa: F401,E402  (registers "bfcl
 from agentrl_core.envs import countdown as _countdown  # noqa: F401,E402  (registers "countdown")
 from agentrl_core.envs import household as _household  # noqa: F401,E402  (registers "household")
 from agentrl_core.envs import math_word as _math_word  # noqa: F401,E402  (registers "math")
+from agentrl_core.envs import sciworld as _sciworld  # noqa: F401,E402  (registers "sciworld"; needs the sciworld extra)
 from agentrl_core.envs import searchqa as _searchqa  # noqa: F401,E402  (registers "searchqa")
 from agentrl_core.envs import sql as _sql  # noqa: F401,E402  (registers "sql")
 from agentrl_core.envs import textcraft as _textcraft  # noqa: F401,E402  (registers "textcraft")
