@@ -18,11 +18,19 @@ if ! python -c "import torch" 2>/dev/null; then
   pip install -q "torch==${AGENTRL_TORCH_VERSION:-2.13.0}"
 fi
 
+# The environments' optional engines (ALFWorld, ScienceWorld, BabyAI, BFCL) come with the `envs`
+# extra; AGENTRL_ENV_EXTRAS=none skips them (those envs then say how to install them when used).
+extras="test"
+if [ "${AGENTRL_ENV_EXTRAS:-all}" != "none" ]; then extras="test,envs"; fi
 stamp=.venv/.agentrl-installed
-want=$(sha256sum pyproject.toml | cut -c1-16)
+want="$(sha256sum pyproject.toml | cut -c1-16)-$extras"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "[setup] installing agentrl and its dependencies"
-  pip install -q -e ".[test]"
+  echo "[setup] installing agentrl and its dependencies ($extras)"
+  pip install -q -e ".[$extras]"
+  if [ "$extras" = "test,envs" ]; then
+    # bfcl-eval's own requirements (model SDKs) are not needed to play its data: install it alone
+    pip install -q --no-deps "bfcl-eval==2026.3.23"
+  fi
   python -c "import agentrl_core, flows, tasks, prefect"
   echo "$want" > "$stamp"
 fi
