@@ -13,6 +13,7 @@ from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.checker import check_env
 from agentrl_core.envs.registry import env_class, make, names, register
 
+from agentrl_core.envs import alfworld as _alfworld  # noqa: F401,E402  (registers "alfworld"; needs the alfworld extra)
 from agentrl_core.envs import babyai as _babyai  # noqa: F401,E402  (registers "babyai"; needs the babyai extra)
 from agentrl_core.envs import bfcl as _bfcl  # noqa: F401,E402  (registers "bfcl"; needs the bfcl extra)
 from agentrl_core.envs import countdown as _countdown  # noqa: F401,E402  (registers "countdown")
