@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 from rich.console import Console
@@ -36,6 +37,27 @@ def cmd_envs(args: argparse.Namespace) -> int:
         status = "yes" if cls.missing_extra() is None else f"no: {install_command(cls.extra or name)}"
         table.add_row(name, versioned_id(cls), str(cls.reward_range), str(cls.max_steps), cls.agentgym_convention, status)
     Console().print(table)
+    return 0
+
+
+def _id_range(text: str) -> range:
+    """'START:STOP' -> range(START, STOP); a single number N -> range(N, N + 1)."""
+    start, _, stop = text.partition(":")
+    try:
+        return range(int(start), int(stop) if stop else int(start) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected START:STOP task ids (e.g. 0:100), got {text!r}") from None
+
+
+def cmd_alfworld_games(args: argparse.Namespace) -> int:
+    from agentrl_core.envs.alfworld import AlfWorld
+    from agentrl_core.envs.alfworld.dataset import build_default_set
+
+    if missing := AlfWorld.missing_extra():
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
+    manifest = build_default_set(args.out, ids=args.ids, workers=args.workers, seed=args.seed)
+    Console().print(f"[green]games written[/green] under {Path(args.out) / 'json_2.1.1'}; manifest {manifest}")
     return 0
 
 
@@ -118,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("envs", help="list the registered environments")
     s.set_defaults(fn=cmd_envs)
+
+    s = sub.add_parser("alfworld-games", help="write the generated ALFWorld games in the official folder layout")
+    s.add_argument("--out", required=True, help="folder to write json_2.1.1/ and manifest.json into")
+    s.add_argument("--ids", type=_id_range, default=None, help="task ids START:STOP (default: all 2620)")
+    s.add_argument("--seed", type=int, default=2420, help="the generator's seed (2420: the default set)")
+    s.add_argument("--workers", type=int, default=1, help="processes generating and planning games")
+    s.set_defaults(fn=cmd_alfworld_games)
 
     s = sub.add_parser("serve", help="serve environments over HTTP (AgentGym routes included)")
     s.add_argument("--envs", help="comma-separated env names (default: all)")

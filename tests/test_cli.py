@@ -14,7 +14,7 @@ from agentrl.cli import build_parser, main
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("command", ["import-model", "envs", "serve", "run", "eval"])
+@pytest.mark.parametrize("command", ["import-model", "envs", "serve", "run", "eval", "alfworld-games"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args([command, "--help"])
@@ -57,3 +57,20 @@ def test_reexec_keeps_arguments_and_exit_code():
     out = subprocess.run([str(exe), "-v", "run", "household_grpo", "trainer.stepz=1"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "trainer.stepz" in out.stderr
+
+
+def test_alfworld_games_writes_the_official_layout(tmp_path):
+    pytest.importorskip("alfworld")
+    import json
+
+    assert main(["alfworld-games", "--out", str(tmp_path), "--ids", "2418:2422"]) == 0
+    games = sorted(tmp_path.glob("json_2.1.1/*/*/trial_*/game.tw-pddl"))
+    assert len(games) == 4 and {g.parts[-4] for g in games} == {"train", "valid_train"}  # ids cross the split
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert len(json.dumps(manifest)) > 0 and "2419" in json.dumps(manifest)
+
+
+def test_alfworld_games_rejects_a_bad_id_range(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["alfworld-games", "--out", "x", "--ids", "a:b"])
+    assert "START:STOP" in capsys.readouterr().err
