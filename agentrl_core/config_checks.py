@@ -25,12 +25,22 @@ def _check_env_kwargs(cls: type, kwargs: dict) -> None:
         raise ConfigError(f"env.kwargs {sorted(kwargs)} do not fit {cls.__name__}: {err}; valid: {', '.join(valid)}") from None
 
 
+def _check_extra(env_cls: type) -> None:
+    """An env whose optional engine is missing fails at construction, naming the install command."""
+    missing = env_cls.missing_extra()
+    if missing:
+        raise ConfigError(f"env.name: {missing}")
+
+
 def check_registered_names(cfg: "RecipeConfig") -> None:
     """Fail at construction when an environment or algorithm name is not registered."""
     from agentrl_core import algorithms, envs
+    from agentrl_core.envs.registry import versioned_ids
 
-    _check_in("env.name", cfg.env.name, envs.names())
-    _check_env_kwargs(envs.env_class(cfg.env.name), cfg.env.kwargs)
+    _check_in("env.name", cfg.env.name, envs.names() + versioned_ids())
+    env_cls = envs.env_class(cfg.env.name)
+    _check_env_kwargs(env_cls, cfg.env.kwargs)
+    _check_extra(env_cls)
     _check_in("algorithm.advantage", cfg.algorithm.advantage, list(algorithms.ADVANTAGE_ESTIMATORS))
     _check_in("algorithm.policy_loss", cfg.algorithm.policy_loss, list(algorithms.POLICY_LOSSES))
     _check_in("algorithm.loss_agg_mode", cfg.algorithm.loss_agg_mode, list(algorithms.AGGREGATIONS))

@@ -61,3 +61,25 @@ def test_config_rejects_bad_assignment():
     cfg = RecipeConfig()
     with pytest.raises(ValueError):
         cfg.trainer.steps = -1
+
+
+def test_env_may_be_named_by_its_versioned_id():
+    from agentrl_core.recipes import load_recipe
+
+    assert load_recipe("countdown_grpo", ["env.name=countdown-v1"]).env.name == "countdown-v1"
+
+
+def test_env_without_its_extra_fails_at_construction(monkeypatch):
+    from agentrl_core.envs import registry
+    from agentrl_core.envs.countdown import Countdown
+    from agentrl_core.errors import ConfigError
+    from agentrl_core.recipes import load_recipe
+
+    class Fancy(Countdown):
+        name = "fancy"
+        extra = "fancy"
+        requires = ("agentrl_no_such_module_xyz",)
+
+    monkeypatch.setitem(registry._REGISTRY, "fancy", Fancy)
+    with pytest.raises(ConfigError, match=r"pip install 'agentrl\[fancy\]'"):
+        load_recipe("countdown_grpo", ["env.name=fancy"])
