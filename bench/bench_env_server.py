@@ -6,6 +6,14 @@ stepping with a cheap policy (an admissible action when the env lists them, else
 for `--seconds` (bounded). Reports steps/s, step latency p50/p99 as the client saw it, and the
 server's own figures from /metrics (its latency quantiles, the RSS of the server and its workers).
 
+Phase 0 (baseline): the same policy stepping the same envs in one plain Python process, no
+server (round-robin over `--envs`), for `--baseline-seconds`; the load phase's steps/s is then
+reported as a multiple of it (REFERENCE §6 asks >= 1.8x one engine process on 2 cores).
+
+`--think-ms` adds a pause between a session's steps (uniform in [0, 2*think], mean think), as an
+LLM's generation time does in training. With no pause (the default) every session steps as fast as
+it can, so latency is queueing: by Little's law, latency = sessions / throughput.
+
 Phase 2 (leak check): `--cycles` create+reset+close cycles (default 10,000) on the first env,
 `--cycle-concurrency` at a time; reports server+workers RSS before (after a warm-up of 500
 cycles) and after, and the difference in MB.
@@ -44,6 +52,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=256)
     p.add_argument("--seconds", type=float, default=20.0, help="length of the load phase")
     p.add_argument("--client-procs", type=int, default=4, help="client processes sharing the sessions (one asyncio loop each)")
+    p.add_argument("--think-ms", type=float, default=0.0, help="mean pause between a session's steps (an LLM turn)")
+    p.add_argument("--baseline-seconds", type=float, default=5.0, help="length of the in-process baseline (0 skips it)")
     p.add_argument("--cycles", type=int, default=10_000, help="create/close cycles of the leak check (0 skips it)")
     p.add_argument("--cycle-concurrency", type=int, default=16)
     p.add_argument("--workers", type=int, default=None, help="the server's shared workers (default: one per core)")
@@ -67,14 +77,39 @@ async def post(http: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> 
         return await resp.json()
 
 
+def in_process_rate(envs: list[str], seconds: float) -> float:
+    """Steps/s of the same policy on the same envs in this process, no server (round-robin)."""
+    from agentrl_core.envs import make
+
+    rng = random.Random(0)
+    instances = {name: make(name) for name in envs}
+    ids = {name: list(e.task_ids("train"))[:200] for name, e in instances.items()}
+    infos = {name: e.reset(task_id=rng.choice(ids[name]))[1] for name, e in instances.items()}
+    steps, deadline, started = 0, time.monotonic() + seconds, time.monotonic()
+    while time.monotonic() < deadline:
+        for name, env in instances.items():
+            r = env.step(pick_action(name, infos[name], rng))
+            infos[name] = r.info
+            steps += 1
+            if r.terminated or r.truncated:
+                infos[name] = env.reset(task_id=rng.choice(ids[name]))[1]
+    elapsed = time.monotonic() - started
+    for env in instances.values():
+        env.close()
+    return steps / elapsed
+
+
 async def session_loop(
-    http: aiohttp.ClientSession, env: str, task_ids: list[int], deadline: float, latencies: list[float], seed: int
+    http: aiohttp.ClientSession, env: str, task_ids: list[int], deadline: float, latencies: list[float], seed: int,
+    think_s: float = 0.0,
 ) -> int:
     """One session: create, step until the deadline (resetting when an episode ends), close."""
     rng = random.Random(seed)
     created = await post(http, "/sessions", {"env": env, "task_id": rng.choice(task_ids)})
     sid, info, steps = created["session_id"], created["info"], 0
     while time.monotonic() < deadline:
+        if think_s:
+            await asyncio.sleep(rng.uniform(0, 2 * think_s))
         started = time.perf_counter()
         body = await post(http, f"/sessions/{sid}/step", {"action": pick_action(env, info, rng)})
         latencies.append(time.perf_counter() - started)
@@ -87,7 +122,9 @@ async def session_loop(
     return steps
 
 
-async def client_loops(url: str, envs: list[str], ids: list[int], deadline: float) -> tuple[int, list[float]]:
+async def client_loops(
+    url: str, envs: list[str], ids: list[int], deadline: float, think_s: float
+) -> tuple[int, list[float]]:
     """One client process: sessions `ids` (round-robin over envs) on one asyncio loop (aiohttp: httpx's
     async pool costs O(connections) per request and would be the bottleneck)."""
     connector = aiohttp.TCPConnector(limit=len(ids))
@@ -99,17 +136,20 @@ async def client_loops(url: str, envs: list[str], ids: list[int], deadline: floa
                 tasks[env] = (await resp.json())["task_ids"][:200]
         latencies: list[float] = []
         counts = await asyncio.gather(*(
-            session_loop(http, envs[i % len(envs)], tasks[envs[i % len(envs)]], deadline, latencies, i) for i in ids
+            session_loop(http, envs[i % len(envs)], tasks[envs[i % len(envs)]], deadline, latencies, i, think_s)
+            for i in ids
         ))
     return sum(counts), latencies
 
 
-def client_process(url: str, envs: list[str], ids: list[int], deadline_wall: float) -> tuple[int, list[float]]:
+def client_process(
+    url: str, envs: list[str], ids: list[int], deadline_wall: float, think_s: float
+) -> tuple[int, list[float]]:
     """Entry point of a client process (the deadline is wall-clock time, shared by every process)."""
-    return asyncio.run(client_loops(url, envs, ids, time.monotonic() + (deadline_wall - time.time())))
+    return asyncio.run(client_loops(url, envs, ids, time.monotonic() + (deadline_wall - time.time()), think_s))
 
 
-def load_phase(url: str, envs: list[str], sessions: int, seconds: float, procs: int) -> dict[str, float]:
+def load_phase(url: str, envs: list[str], sessions: int, seconds: float, procs: int, think_s: float) -> dict[str, float]:
     """Sessions split over `procs` client processes (one Python loop cannot drive hundreds of
     connections without becoming the bottleneck itself)."""
     from concurrent.futures import ProcessPoolExecutor
@@ -117,7 +157,9 @@ def load_phase(url: str, envs: list[str], sessions: int, seconds: float, procs: 
     groups = [list(range(k, sessions, procs)) for k in range(procs)]
     started = time.monotonic()
     with ProcessPoolExecutor(procs) as ex:
-        results = list(ex.map(client_process, [url] * procs, [envs] * procs, groups, [time.time() + seconds] * procs))
+        results = list(ex.map(
+            client_process, [url] * procs, [envs] * procs, groups, [time.time() + seconds] * procs, [think_s] * procs
+        ))
     elapsed = time.monotonic() - started
     metrics = httpx.get(f"{url}/metrics", timeout=30).json()
     steps = sum(r[0] for r in results)
@@ -128,6 +170,7 @@ def load_phase(url: str, envs: list[str], sessions: int, seconds: float, procs: 
         "steps_per_s": steps / elapsed,
         "client_p50_ms": quantile(lat, 0.5) * 1000,
         "client_p99_ms": quantile(lat, 0.99) * 1000,
+        "steady_steps_per_s": metrics["steps_per_s"],  # the server's count over the last 10 s (no start-up)
         "server_p50_ms": metrics["step_latency_ms"]["p50"],
         "server_p99_ms": metrics["step_latency_ms"]["p99"],
         "server_rss_mb": metrics["server_rss_mb"] or 0.0,
@@ -176,8 +219,13 @@ async def leak_phase(url: str, env: str, n: int, concurrency: int) -> dict[str, 
 def main() -> int:
     args = parse()
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+    figures: dict[str, float] = {}
+    if args.baseline_seconds:
+        figures["one_process_steps_per_s"] = in_process_rate(envs, args.baseline_seconds)
     with launch_server(envs, max_sessions=max(1024, args.sessions * 2), workers=args.workers) as server:
-        figures = load_phase(server.url, envs, args.sessions, args.seconds, args.client_procs)
+        figures |= load_phase(server.url, envs, args.sessions, args.seconds, args.client_procs, args.think_ms / 1000)
+        if "one_process_steps_per_s" in figures:
+            figures["vs_one_process"] = figures["steady_steps_per_s"] / figures["one_process_steps_per_s"]
         if args.cycles:
             figures |= asyncio.run(leak_phase(server.url, envs[0], args.cycles, args.cycle_concurrency))
     print_table(f"env server: {args.sessions} sessions on {', '.join(envs)}", figures, load_baseline(args.baseline))
