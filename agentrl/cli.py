@@ -61,6 +61,15 @@ def cmd_alfworld_games(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from agentrl_core.checkpoints.convert import convert_to_hf, detect_format
+
+    fmt = detect_format(args.source) if args.format == "auto" else args.format
+    out = convert_to_hf(args.source, args.out, base_model=args.base_model, fmt=fmt, dtype=args.dtype)
+    Console().print(f"[green]converted[/green] {args.source} ({fmt}) → {out}")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from agentrl_core.envs.server import serve
 
@@ -147,6 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=2420, help="the generator's seed (2420: the default set)")
     s.add_argument("--workers", type=int, default=1, help="processes generating and planning games")
     s.set_defaults(fn=cmd_alfworld_games)
+
+    s = sub.add_parser("convert", help="convert a checkpoint (ours, verl FSDP, torch DCP, DeepSpeed ZeRO) to a HF folder")
+    s.add_argument("source", help="the checkpoint folder")
+    s.add_argument("out", help="the HF folder to write (must not exist)")
+    s.add_argument("--base-model", default=None, help="model whose config/tokenizer fill in what the checkpoint lacks")
+    s.add_argument("--format", default="auto", choices=["auto", "ours", "verl_fsdp", "dcp", "deepspeed"])
+    s.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="cast floating weights")
+    s.set_defaults(fn=cmd_convert)
 
     s = sub.add_parser("serve", help="serve environments over HTTP (AgentGym routes included)")
     s.add_argument("--envs", help="comma-separated env names (default: all)")

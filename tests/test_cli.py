@@ -14,7 +14,7 @@ from agentrl.cli import build_parser, main
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("command", ["import-model", "envs", "serve", "run", "eval", "alfworld-games"])
+@pytest.mark.parametrize("command", ["import-model", "envs", "serve", "run", "eval", "alfworld-games", "convert"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args([command, "--help"])
@@ -74,3 +74,16 @@ def test_alfworld_games_rejects_a_bad_id_range(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["alfworld-games", "--out", "x", "--ids", "a:b"])
     assert "START:STOP" in capsys.readouterr().err
+
+
+def test_convert_writes_a_loadable_hf_folder(tiny_model_path, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "hf"
+    assert main(["convert", str(tiny_model_path), str(out)]) == 0
+    ids = torch.tensor([[1, 2, 3, 4]])
+    a, b = (AutoModelForCausalLM.from_pretrained(p).eval() for p in (tiny_model_path, out))
+    with torch.no_grad():
+        assert torch.equal(a(ids).logits, b(ids).logits)
+    assert (out / "generation_config.json").exists() and (out / "tokenizer.json").exists()

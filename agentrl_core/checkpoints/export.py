@@ -46,7 +46,7 @@ def _write_generation_config(folder: Path) -> None:
     GenerationConfig.from_model_config(config).save_pretrained(folder)
 
 
-def _check_target(out_dir: Path) -> None:
+def check_target(out_dir: Path) -> None:
     """Refuse to replace a folder we did not write (no marker), unless it is empty."""
     if not out_dir.exists() or is_complete(out_dir):
         return
@@ -69,7 +69,7 @@ def export_hf(checkpoint_path: str | Path, out_dir: str | Path) -> Path:
     checkpoint_path, out_dir = Path(checkpoint_path), Path(out_dir)
     source = _check_source(checkpoint_path)
     cleanup_stale(out_dir.parent)
-    _check_target(out_dir)
+    check_target(out_dir)
     info = {"source": str(checkpoint_path.resolve())}
     state_file = checkpoint_path / STATE_FILE
     if state_file.is_file():
