@@ -93,6 +93,30 @@ class AlgorithmConfig(Section):
     """Weight of the entropy bonus (subtracted from the loss)."""
     epsilon: float = Field(1e-6, gt=0.0)
     """Added to the group std before dividing."""
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    """REINFORCE++: discount per response token of the outcome reward (1 = every token's return is the reward)."""
+    opmd_baseline: Literal["mean", "logavgexp"] = "mean"
+    """OPMD/R3L group baseline: the mean, or tau*log(mean exp(r/tau))."""
+    opmd_tau: float = Field(1.0, gt=0.0)
+    """OPMD temperature: the logavgexp baseline and the loss's 1/(1+tau)."""
+    success_threshold: float = 1.0
+    """RAFT/R3L: a sample whose reward is >= this counts as a success."""
+    r3l_amplify: float = Field(3.0, ge=0.0)
+    """R3L: factor on the non-negative advantages of unsuccessful samples."""
+    sample_filter: Literal["none", "success"] = "none"
+    """Which trajectories train: all, or only successful ones (RAFT: reward >= success_threshold)."""
+    tis_cap: float = Field(0.0, ge=0.0)
+    """Truncated importance sampling: weight tokens by min(exp(old_logp - engine_logp), cap); 0 = off (2-3 typical)."""
+    overlong_buffer_len: int = Field(0, ge=0)
+    """DAPO overlong shaping: tokens of buffer before the maximum response length; 0 = off."""
+    overlong_penalty_factor: float = Field(1.0, ge=0.0)
+    """DAPO overlong shaping: the penalty at the maximum length."""
+    kl_reward_coef: float = Field(0.0, ge=0.0)
+    """KL in the reward: r - beta * sum_t kl_t (estimator kl_estimator); 0 = off. Use this or kl_coef."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and roll out more groups to refill the batch."""
+    dynamic_sampling_max_rounds: int = Field(3, ge=1)
+    """DAPO: the most generation rounds one step may use to refill (then it trains on what it has)."""
 
 
 class OptimConfig(Section):

@@ -7,8 +7,32 @@ The trainer composes them and never branches on a name:
     loss = agg(pg, mask, norm) + cfg.kl_coef * agg(get_kl_estimator(cfg.kl_estimator)(logp, ref_logp), mask, norm)
            - cfg.entropy_coef * agg(entropy_from_logits(logits), mask, norm)
 New members are added with the `register_*` decorators; importing this package fills the registries.
+Outside the registries (they change the data, not the loss): reward shaping (`overlong_penalty`,
+`kl_penalized_rewards`), DAPO's `dynamic_sampling_keep`, RAFT's `raft_select`, R3L's
+`r3l_advantages`, and truncated importance sampling (`tis_weights`, `apply_tis`).
 """
 
+# Imported for their side effect of registering the built-in members.
+from agentrl_core.algorithms.advantages import GroupStats, group_stats, grpo_advantage, rloo_advantage
+from agentrl_core.algorithms.advantages_plus import (
+    discounted_outcome_returns,
+    drgrpo_advantage,
+    group_logavgexp,
+    masked_whiten,
+    opmd_advantage,
+    opmd_baseline,
+    r3l_advantage,
+    r3l_advantages,
+    raft_advantage,
+    raft_select,
+    reinforce_pp_advantage,
+    reinforce_pp_baseline_advantage,
+)
+from agentrl_core.algorithms.aggregation import LossNorm
+from agentrl_core.algorithms.dynamic_sampling import dynamic_sampling_keep, groups_still_needed
+from agentrl_core.algorithms.kl import entropy_from_logits, kl_k1, kl_k2, kl_k3
+from agentrl_core.algorithms.losses_plus import gspo_loss, opmd_loss, raft_loss, sequence_log_ratio
+from agentrl_core.algorithms.policy_losses import ppo_clip_loss, vanilla_pg_loss
 from agentrl_core.algorithms.registry import (
     ADVANTAGE_ESTIMATORS,
     AGGREGATIONS,
@@ -30,12 +54,8 @@ from agentrl_core.algorithms.registry import (
     register_kl_estimator,
     register_policy_loss,
 )
-
-# Imported for their side effect of registering the built-in members.
-from agentrl_core.algorithms.advantages import GroupStats, group_stats, grpo_advantage, rloo_advantage
-from agentrl_core.algorithms.aggregation import LossNorm
-from agentrl_core.algorithms.kl import entropy_from_logits, kl_k1, kl_k2, kl_k3
-from agentrl_core.algorithms.policy_losses import ppo_clip_loss, vanilla_pg_loss
+from agentrl_core.algorithms.shaping import kl_penalized_rewards, overlong_penalty
+from agentrl_core.algorithms.tis import apply_tis, tis_weights
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -49,23 +69,45 @@ __all__ = [
     "KLFn",
     "LossNorm",
     "PolicyLossFn",
+    "apply_tis",
+    "discounted_outcome_returns",
+    "drgrpo_advantage",
+    "dynamic_sampling_keep",
     "entropy_from_logits",
     "get",
     "get_advantage_estimator",
     "get_aggregation",
     "get_kl_estimator",
     "get_policy_loss",
+    "group_logavgexp",
     "group_stats",
+    "groups_still_needed",
     "grpo_advantage",
+    "gspo_loss",
     "kl_k1",
     "kl_k2",
     "kl_k3",
+    "kl_penalized_rewards",
+    "masked_whiten",
+    "opmd_advantage",
+    "opmd_baseline",
+    "opmd_loss",
+    "overlong_penalty",
     "ppo_clip_loss",
+    "r3l_advantage",
+    "r3l_advantages",
+    "raft_advantage",
+    "raft_loss",
+    "raft_select",
     "register",
     "register_advantage_estimator",
     "register_aggregation",
     "register_kl_estimator",
     "register_policy_loss",
+    "reinforce_pp_advantage",
+    "reinforce_pp_baseline_advantage",
     "rloo_advantage",
+    "sequence_log_ratio",
+    "tis_weights",
     "vanilla_pg_loss",
 ]

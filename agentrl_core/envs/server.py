@@ -358,7 +358,7 @@ def serve(
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def _exit_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
+def exit_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
     """Stop this server (gracefully, SIGTERM) when the process that launched it is gone.
 
     A flow run killed hard (SIGKILL, a cancelled deployment) never reaches its `finally`; the
@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line: parse, then `serve`; a bad env name or a taken port exits with code 2."""
     args = _parse_args(argv)
     if args.parent_pid:
-        _exit_with_parent(args.parent_pid)
+        exit_with_parent(args.parent_pid)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         serve(

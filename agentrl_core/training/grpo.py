@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from agentrl_core import algorithms as alg
 from agentrl_core.config import RecipeConfig
 from agentrl_core.envs import EnvClient, RemoteEnv
 from agentrl_core.models import load_model
@@ -22,10 +23,56 @@ log = logging.getLogger(__name__)
 StepCallback = Callable[[int, int, dict[str, float]], None]
 
 
-def step_tasks(train_ids: Sequence[int], step: int, cfg: RecipeConfig) -> list[int]:
-    """The tasks of one step: a deterministic draw from (seed, step), so a resumed run sees the same."""
-    rng = random.Random(cfg.trainer.seed * 1_000_003 + step)
-    return rng.sample(list(train_ids), min(cfg.rollout.tasks_per_step, len(train_ids)))
+def step_tasks(train_ids: Sequence[int], step: int, cfg: RecipeConfig, round_: int = 0, k: int | None = None) -> list[int]:
+    """The tasks of one step: a deterministic draw from (seed, step[, refill round]), so a resumed run sees the same."""
+    rng = random.Random(cfg.trainer.seed * 1_000_003 + step + round_ * 7_777_777)
+    return rng.sample(list(train_ids), min(k or cfg.rollout.tasks_per_step, len(train_ids)))
+
+
+def _rollout_round(engine: HFEngine, chat: ChatFormat, env_factory: Callable[[], Any], tasks: Sequence[int],
+                   step: int, round_: int, cfg: RecipeConfig) -> list[Trajectory]:
+    """Roll out `group_size` samples of each task; group ids are unique across refill rounds."""
+    base = round_ * 1_000_000
+    specs = [EpisodeSpec(task_id=t, group=base + g, sample=s)
+             for g, t in enumerate(tasks) for s in range(cfg.rollout.group_size)]
+    limits = LoopLimits(cfg.env.max_turns, cfg.rollout.max_context_tokens)
+    return run_episodes(engine, chat, env_factory, specs, cfg.rollout.sampling, limits,
+                        seed=cfg.trainer.seed * 7919 + step * 104_729 + round_ * 15_485_863)
+
+
+def _informative(trajs: Sequence[Trajectory]) -> list[Trajectory]:
+    """DAPO's filter: the samples of groups whose rewards are not all equal (errored samples dropped)."""
+    ok = [t for t in trajs if t.error is None and t.response_tokens > 0]
+    if not ok:
+        return []
+    keep = alg.dynamic_sampling_keep(torch.tensor([t.reward for t in ok], dtype=torch.float32),
+                                     torch.tensor([t.group for t in ok], dtype=torch.long))
+    return [t for t, k in zip(ok, keep.tolist()) if k]
+
+
+def rollout_batch(engine: HFEngine, chat: ChatFormat, env_factory: Callable[[], Any], train_ids: Sequence[int],
+                  step: int, cfg: RecipeConfig) -> tuple[list[Trajectory], list[Trajectory], int]:
+    """(every trajectory rolled out, the ones to train on, rounds used).
+
+    Without dynamic sampling one round, training on every usable trajectory. With it (DAPO), groups
+    whose rewards are all equal are dropped and more tasks are rolled out until tasks_per_step
+    informative groups are kept or dynamic_sampling_max_rounds is reached; then whole groups are
+    kept, at most tasks_per_step of them.
+    """
+    tasks = step_tasks(train_ids, step, cfg)
+    every = _rollout_round(engine, chat, env_factory, tasks, step, 0, cfg)
+    if not cfg.algorithm.dynamic_sampling:
+        return every, [t for t in every if t.error is None and t.response_tokens > 0], 1
+    kept, rounds = _informative(every), 1
+    while rounds < cfg.algorithm.dynamic_sampling_max_rounds:
+        missing = alg.groups_still_needed(torch.tensor([t.group for t in kept], dtype=torch.long), len(tasks))
+        if missing == 0:
+            break
+        extra = _rollout_round(engine, chat, env_factory, step_tasks(train_ids, step, cfg, rounds, missing), step,
+                               rounds, cfg)
+        every, kept, rounds = every + extra, kept + _informative(extra), rounds + 1
+    chosen = sorted({t.group for t in kept})[: len(tasks)]
+    return every, [t for t in kept if t.group in set(chosen)], rounds
 
 
 def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
@@ -50,21 +97,18 @@ def grpo_step(session: TrainingSession, engine: HFEngine, chat: ChatFormat, env_
               train_ids: Sequence[int], step: int, cfg: RecipeConfig, ref_model: Any | None) -> dict[str, float]:
     """One step: rollout → (log) → policy update. Returns the step's metrics."""
     timings: dict[str, float] = {}
-    specs = [EpisodeSpec(task_id=t, group=g, sample=s)
-             for g, t in enumerate(step_tasks(train_ids, step, cfg)) for s in range(cfg.rollout.group_size)]
-    limits = LoopLimits(cfg.env.max_turns, cfg.rollout.max_context_tokens)
     with timed("rollout", timings):
         session.model.eval()
-        trajs = run_episodes(engine, chat, env_factory, specs, cfg.rollout.sampling, limits,
-                             seed=cfg.trainer.seed * 7919 + step * 104_729)
+        trajs, usable, rounds = rollout_batch(engine, chat, env_factory, train_ids, step, cfg)
     write_trajectories(session.stage_dir / "rollout_log" / f"step_{step + 1:06d}.parquet", trajs, step=step + 1)
-    usable = [t for t in trajs if t.error is None and t.response_tokens > 0]
     metrics = rollout_metrics(trajs)
+    metrics["rollout_rounds"] = float(rounds)
+    metrics["samples_trained"] = 0.0  # replaced by policy_update's count when something trains
     with timed("train", timings):
         session.model.train()
         ctx = UpdateContext(session.model, session.optimizer, session.scheduler, cfg.algorithm, cfg.trainer.optim.grad_clip,
                             cfg.trainer.micro_batch_tokens, engine.pad_id, _train_temperature(cfg), ref_model,
-                            cfg.model.compute_dtype)
+                            cfg.model.compute_dtype, cfg.rollout.sampling.max_new_tokens)
         if usable:
             metrics.update(policy_update(ctx, usable, epochs=cfg.trainer.ppo_epochs))
     metrics.update(timings)
@@ -82,7 +126,7 @@ def _train_temperature(cfg: RecipeConfig) -> float:
 
 
 def _reference_model(cfg: RecipeConfig, init_model: Path) -> Any | None:
-    if cfg.algorithm.kl_coef <= 0:
+    if cfg.algorithm.kl_coef <= 0 and cfg.algorithm.kl_reward_coef <= 0:
         return None
     ref = load_model(init_model, dtype=cfg.model.dtype)
     ref.requires_grad_(False)

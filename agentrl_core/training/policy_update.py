@@ -28,6 +28,8 @@ class UpdateContext:
     temperature: float = 1.0
     ref_model: Any | None = None
     autocast: str = "float32"
+    max_response_tokens: int = 0
+    """L_max of DAPO's overlong shaping (the sampling's max_new_tokens); 0 when shaping is off."""
 
 
 def sequence_advantages(trajs: Sequence[Trajectory], cfg: AlgorithmConfig) -> torch.Tensor:
@@ -38,18 +40,71 @@ def sequence_advantages(trajs: Sequence[Trajectory], cfg: AlgorithmConfig) -> to
     return alg.get_advantage_estimator(cfg.advantage)(rewards, groups, ones, cfg)[:, 0]
 
 
+def select_samples(trajs: Sequence[Trajectory], cfg: AlgorithmConfig) -> list[Trajectory]:
+    """The trajectories that train: all, or (sample_filter "success", RAFT) those with reward >= threshold."""
+    if cfg.sample_filter == "none":
+        return list(trajs)
+    keep = alg.raft_select(torch.tensor([t.reward for t in trajs], dtype=torch.float32), cfg.success_threshold)
+    return [t for t, k in zip(trajs, keep.tolist()) if k]
+
+
+def target_mask(trajs: Sequence[Trajectory]) -> torch.Tensor:
+    """[B, W-1] (W = longest trajectory): 1 where position t scores a model token t+1, as in collate."""
+    width = max(len(t.token_ids) for t in trajs)
+    mask = torch.zeros((len(trajs), width), dtype=torch.float32)
+    for row, t in enumerate(trajs):
+        mask[row, : len(t.token_ids)] = torch.tensor(t.loss_mask, dtype=torch.float32)
+    return mask[:, 1:]
+
+
+def shaped_rewards(ctx: UpdateContext, trajs: Sequence[Trajectory], batches: list[MicroBatch]) -> torch.Tensor:
+    """[B] rewards after DAPO's overlong penalty and the KL-in-reward term, when they are on.
+
+    r_i' = r_i + min(-(len_i - (L_max - L_buf))/L_buf * factor, 0) - beta_r * sum_t kl_t.
+    """
+    cfg = ctx.algorithm
+    rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+    if cfg.overlong_buffer_len > 0:
+        lengths = torch.tensor([t.response_tokens for t in trajs], dtype=torch.float32)
+        rewards = rewards + alg.overlong_penalty(lengths, ctx.max_response_tokens, cfg.overlong_buffer_len,
+                                                 cfg.overlong_penalty_factor)
+    if cfg.kl_reward_coef > 0 and ctx.ref_model is not None:
+        for mb in batches:
+            with torch.no_grad():
+                logp = _logprobs(ctx, ctx.model, mb)
+                ref = _logprobs(ctx, ctx.ref_model, mb)
+            rows = torch.tensor(mb.index)
+            rewards[rows] = alg.kl_penalized_rewards(rewards[rows], logp, ref, mb.target_mask, cfg.kl_reward_coef,
+                                                     cfg.kl_estimator)
+    return rewards
+
+
+def token_advantages(trajs: Sequence[Trajectory], rewards: torch.Tensor, cfg: AlgorithmConfig) -> torch.Tensor:
+    """[B, W-1] advantages from the configured estimator over the whole batch's model tokens (so
+    token-level estimators such as REINFORCE++ whiten over the batch, not per micro-batch)."""
+    groups = torch.tensor([t.group for t in trajs], dtype=torch.long)
+    return alg.get_advantage_estimator(cfg.advantage)(rewards, groups, target_mask(trajs), cfg)
+
+
 def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int = 1) -> dict[str, float]:
     """`epochs` optimizer steps over the batch, each accumulating all micro-batches.
 
-    loss = agg(pg_loss) + β·agg(KL(π‖π_ref)) − c_H·agg(H), every term normalised by the global
-    batch so micro-batching does not change it. The old log-probs are the policy's before the
-    first step: with one epoch they equal the current ones (detached, ratio = 1, no extra
-    forward); with more they come from a no-grad pass and the PPO clip becomes active.
+    loss = agg(w_tis * pg_loss) + β·agg(KL(π‖π_ref)) − c_H·agg(H), every term normalised by the global
+    batch so micro-batching does not change it. Rewards are shaped first (overlong, KL in the
+    reward) and advantages computed over the whole batch. The old log-probs are the policy's
+    before the first step: with one epoch they equal the current ones (detached, ratio = 1, no
+    extra forward); with more they come from a no-grad pass and the PPO clip becomes active.
     """
     cfg = ctx.algorithm
-    adv = sequence_advantages(trajs, cfg)
+    trajs = select_samples(trajs, cfg)
+    if not trajs:
+        return {"samples_trained": 0.0}
     plan = plan_micro_batches([len(t.token_ids) for t in trajs], ctx.micro_batch_tokens)
-    batches = [collate(trajs, idx, ctx.pad_id, adv) for idx in plan]
+    batches = [collate(trajs, idx, ctx.pad_id) for idx in plan]
+    rewards = shaped_rewards(ctx, trajs, batches)
+    adv = token_advantages(trajs, rewards, cfg)
+    for mb in batches:
+        mb.advantages = adv[mb.index, : mb.target_mask.shape[1]] * mb.target_mask
     full_mask = torch.cat([b.target_mask.sum(1) for b in batches])
     norm = alg.LossNorm(global_tokens=float(full_mask.sum().clamp(min=1)), global_seqs=float(len(trajs)),
                         scale_tokens=float(cfg.loss_scale_tokens))
@@ -60,8 +115,10 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
             for k, v in _micro_step(ctx, mb, norm, old).items():
                 totals[k] = totals.get(k, 0.0) + v / epochs
         totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / epochs
-    totals.update(adv_abs_mean=float(adv.abs().mean()), lr=float(ctx.scheduler.get_last_lr()[0]),
-                  micro_batches=float(len(batches)))
+    seq_adv = (adv * target_mask(trajs)).sum(1) / target_mask(trajs).sum(1).clamp(min=1)
+    totals.update(adv_abs_mean=float(seq_adv.abs().mean()), lr=float(ctx.scheduler.get_last_lr()[0]),
+                  micro_batches=float(len(batches)), samples_trained=float(len(trajs)),
+                  shaped_reward_mean=float(rewards.mean()))
     return totals
 
 
@@ -73,10 +130,14 @@ def _optimizer_step(ctx: UpdateContext) -> float:
     return float(grad_norm)
 
 
+def _logprobs(ctx: UpdateContext, model: Any, mb: MicroBatch) -> torch.Tensor:
+    return token_logprobs(model, mb.input_ids, mb.attention_mask, mb.target_mask, temperature=ctx.temperature,
+                          autocast=ctx.autocast).logprobs
+
+
 @torch.no_grad()
 def _old_logprobs(ctx: UpdateContext, batches: list[MicroBatch]) -> list[torch.Tensor]:
-    return [token_logprobs(ctx.model, mb.input_ids, mb.attention_mask, mb.target_mask,
-                           temperature=ctx.temperature, autocast=ctx.autocast).logprobs for mb in batches]
+    return [_logprobs(ctx, ctx.model, mb) for mb in batches]
 
 
 def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: torch.Tensor | None) -> dict[str, float]:
@@ -87,6 +148,8 @@ def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: tor
     mask = mb.target_mask
     old = stats.logprobs.detach() if old_logprobs is None else old_logprobs
     pg, pg_stats = alg.get_policy_loss(cfg.policy_loss)(stats.logprobs, old, mb.advantages, mask, cfg)
+    if cfg.tis_cap > 0:  # truncated importance sampling: correct for the engine/trainer log-prob gap
+        pg = alg.apply_tis(pg, alg.tis_weights(old, mb.engine_logprobs, mask, cfg.tis_cap))
     agg = alg.get_aggregation(cfg.loss_agg_mode)
     loss = agg(pg, mask, norm)
     out = {"pg_loss": float(loss.detach())}

@@ -124,3 +124,75 @@ def test_update_with_ppo_epochs_reports_clipping(tiny_model_path):
     assert metrics["clipfrac"] > 0  # after the first step the ratio leaves [0.99, 1.01]
     changed = [n for n, v in model.state_dict().items() if not torch.equal(v, before[n])]
     assert changed
+
+
+# -- the algorithm family's data-side pieces, wired into the update ----------------------------------
+def _ctx(model_path, cfg: AlgorithmConfig, **kw):
+    torch.manual_seed(0)
+    model = load_model(model_path)
+    model.train()
+    opt, sched = build_optimizer(model, OptimConfig(lr=1e-12), total_steps=1)
+    return UpdateContext(model, opt, sched, cfg, grad_clip=1e9, micro_batch_tokens=4096, pad_id=0, **kw)
+
+
+def test_overlong_shaping_lowers_long_responses_rewards(tiny_model_path):
+    from agentrl_core.training.policy_update import shaped_rewards
+
+    trajs = batch()
+    lengths = [t.response_tokens for t in trajs]
+    cfg = AlgorithmConfig(overlong_buffer_len=4, overlong_penalty_factor=1.0)
+    ctx = _ctx(tiny_model_path, cfg, max_response_tokens=10)
+    got = shaped_rewards(ctx, trajs, [])
+    # penalty_i = min(-(len_i - (10 - 4)) / 4, 0)
+    expected = [t.reward + min(-(n - 6) / 4, 0.0) for t, n in zip(trajs, lengths)]
+    assert got.tolist() == pytest.approx(expected, abs=1e-6)
+    assert any(n > 6 for n in lengths)  # the case is exercised
+
+
+def test_kl_in_the_reward_is_zero_against_an_identical_reference(tiny_model_path):
+    from agentrl_core.training.policy_update import shaped_rewards
+
+    trajs = batch()
+    cfg = AlgorithmConfig(kl_reward_coef=0.5, kl_estimator="k1")
+    ref = load_model(tiny_model_path)
+    ctx = _ctx(tiny_model_path, cfg, ref_model=ref)
+    mb = collate(trajs, list(range(len(trajs))), pad_id=0)
+    assert shaped_rewards(ctx, trajs, [mb]).tolist() == pytest.approx([t.reward for t in trajs], abs=1e-5)
+    with torch.no_grad():  # a different reference: r - 0.5 * sum_t (logp - ref_logp)
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    shaped = shaped_rewards(ctx, trajs, [mb])
+    lp = token_logprobs(ctx.model, mb.input_ids, mb.attention_mask, mb.target_mask).logprobs.detach()
+    rp = token_logprobs(ref, mb.input_ids, mb.attention_mask, mb.target_mask).logprobs.detach()
+    expected = torch.tensor([t.reward for t in trajs]) - 0.5 * ((lp - rp) * mb.target_mask).sum(1)
+    torch.testing.assert_close(shaped, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_success_filter_trains_only_successful_samples(tiny_model_path):
+    cfg = AlgorithmConfig(advantage="raft", policy_loss="raft", sample_filter="success", success_threshold=1.0)
+    metrics = policy_update(_ctx(tiny_model_path, cfg), batch())
+    assert metrics["samples_trained"] == 2  # rewards [1, 0, 0, 1, .1, 0]
+    nothing = policy_update(_ctx(tiny_model_path, cfg), [t for t in batch() if t.reward < 1])
+    assert nothing == {"samples_trained": 0.0}
+
+
+def test_tis_weights_the_loss_by_the_engine_gap(tiny_model_path):
+    trajs = batch()
+    base = AlgorithmConfig(norm_adv_by_std=False)
+    m_plain, _ = _grads_after_update(tiny_model_path, trajs, 4096, base)
+    # engine log-probs of -1 vs trainer log-probs around -log(vocab): w = min(exp(old - engine), cap) < 1
+    m_tis, _ = _grads_after_update(tiny_model_path, trajs, 4096, AlgorithmConfig(norm_adv_by_std=False, tis_cap=2.0))
+    assert m_tis["pg_loss"] != pytest.approx(m_plain["pg_loss"], abs=1e-9)
+    assert abs(m_tis["pg_loss"]) < abs(m_plain["pg_loss"])
+
+
+def test_token_level_advantages_whiten_over_the_whole_batch():
+    from agentrl_core.training.policy_update import target_mask, token_advantages
+
+    trajs = batch()
+    rewards = torch.tensor([t.reward for t in trajs])
+    adv = token_advantages(trajs, rewards, AlgorithmConfig(advantage="reinforce_pp"))
+    mask = target_mask(trajs)
+    vals = adv[mask > 0]
+    assert vals.mean().item() == pytest.approx(0.0, abs=1e-5) and vals.std().item() == pytest.approx(1.0, abs=1e-3)
+    assert torch.all(adv[mask == 0] == 0)
