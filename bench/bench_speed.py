@@ -38,6 +38,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--kl", type=float, default=0.04)
     p.add_argument("--compute-dtype", dest="autocast", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward (less memory)")
     p.add_argument("--json")
     p.add_argument("--baseline")
     return p.parse_args()
@@ -68,6 +69,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     path = resolve_model(args.model)
     policy, tok = load_model(path), load_tokenizer(path)
+    if args.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
     ref = load_model(path).requires_grad_(False) if args.kl > 0 else None
     engine, chat = HFEngine(policy, tok, autocast=args.autocast), ChatFormat(tok)
     opt, sched = build_optimizer(policy, OptimConfig(lr=1e-6), args.steps)

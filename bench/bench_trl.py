@@ -35,6 +35,8 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=3, help="optimizer steps per trainer (the first is warm-up)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--gradient-checkpointing", choices=["on", "off"], default="on",
+                   help="for both trainers (TRL 1.16 turns it on by default)")
     p.add_argument("--json", default=None)
     p.add_argument("--only", choices=["ours", "trl"], default=None, help=argparse.SUPPRESS)  # child mode
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -67,7 +69,7 @@ def countdown_reward(completions: list, task_id: list[int], **_: object) -> list
     return out
 
 
-def run_trl(steps: int, threads: int) -> dict:
+def run_trl(steps: int, threads: int, checkpointing: bool) -> dict:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -96,6 +98,7 @@ def run_trl(steps: int, threads: int) -> dict:
             generation_batch_size=PROMPTS * GENERATIONS, max_completion_length=NEW_TOKENS, temperature=1.0,
             beta=BETA, learning_rate=LR, max_steps=steps, use_cpu=True, bf16=False, logging_steps=1,
             report_to="none", save_strategy="no", shuffle_dataset=False, seed=0,
+            gradient_checkpointing=checkpointing,
         )
         trainer = GRPOTrainer(
             model=str(resolve_model("smollm2-135m-instruct")), reward_funcs=countdown_reward, args=cfg,
@@ -107,12 +110,12 @@ def run_trl(steps: int, threads: int) -> dict:
 
 
 # -- ours (child process): the same step bench_speed.py times --------------------------------------
-def run_ours(steps: int, threads: int) -> dict:
+def run_ours(steps: int, threads: int, checkpointing: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ours.json"
         cmd = [sys.executable, str(ROOT / "bench" / "bench_speed.py"), "--steps", str(steps), "--threads", str(threads),
                "--prompts", str(PROMPTS), "--samples", str(GENERATIONS), "--new-tokens", str(NEW_TOKENS),
-               "--kl", str(BETA), "--json", str(out)]
+               "--kl", str(BETA), "--json", str(out)] + (["--gradient-checkpointing"] if checkpointing else [])
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         data = json.loads(out.read_text())
     runs = data["runs"]
@@ -121,16 +124,18 @@ def run_ours(steps: int, threads: int) -> dict:
 
 
 def child(args: argparse.Namespace) -> int:
-    result = run_trl(args.steps, args.threads) if args.only == "trl" else run_ours(args.steps, args.threads)
+    gc = args.gradient_checkpointing == "on"
+    result = run_trl(args.steps, args.threads, gc) if args.only == "trl" else run_ours(args.steps, args.threads, gc)
     Path(args.out).write_text(json.dumps(result))
     return 0
 
 
-def measure(which: str, steps: int, threads: int) -> dict:
+def measure(which: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{which}.json"
-        subprocess.run([sys.executable, __file__, "--only", which, "--out", str(out), "--steps", str(steps),
-                        "--threads", str(threads)], check=True, env=dict(os.environ))
+        subprocess.run([sys.executable, __file__, "--only", which, "--out", str(out), "--steps", str(args.steps),
+                        "--threads", str(args.threads), "--gradient-checkpointing", args.gradient_checkpointing],
+                       check=True, env=dict(os.environ))
         return json.loads(out.read_text())
 
 
@@ -146,12 +151,13 @@ def main() -> int:
     args = parse()
     if args.only:
         return child(args)
-    ours, trl = summarise(measure("ours", args.steps, args.threads)), summarise(measure("trl", args.steps, args.threads))
+    ours, trl = summarise(measure("ours", args)), summarise(measure("trl", args))
     figures = {f"ours_{k}": v for k, v in ours.items()} | {f"trl_{k}": v for k, v in trl.items()}
     figures["speedup_step_time"] = trl["step_s"] / ours["step_s"]
     figures["memory_ratio_ours_over_trl"] = ours["peak_rss_gib"] / trl["peak_rss_gib"]
     print_table(f"GRPO step: agentrl vs TRL, {PROMPTS}x{GENERATIONS}x{NEW_TOKENS} tokens, beta={BETA}, "
-                f"{args.threads} threads (median after the first step)", figures)
+                f"{args.threads} threads, gradient checkpointing {args.gradient_checkpointing} "
+                "(median after the first step)", figures)
     save_json(args.json, {"args": vars(args), "figures": figures})
     return 0
 
