@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -67,6 +68,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
     fmt = detect_format(args.source) if args.format == "auto" else args.format
     out = convert_to_hf(args.source, args.out, base_model=args.base_model, fmt=fmt, dtype=args.dtype)
     Console().print(f"[green]converted[/green] {args.source} ({fmt}) → {out}")
+    return 0
+
+
+def cmd_serve_model(args: argparse.Namespace) -> int:
+    from agentrl_core.models import resolve_model
+    from agentrl_core.serving.openai_server import API_KEY_ENV, serve_openai
+
+    serve_openai(resolve_model(args.model), args.host, args.port, api_key=os.environ.get(API_KEY_ENV) or None,
+                 threads=args.threads)
     return 0
 
 
@@ -164,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", default="auto", choices=["auto", "ours", "verl_fsdp", "dcp", "deepspeed"])
     s.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="cast floating weights")
     s.set_defaults(fn=cmd_convert)
+
+    s = sub.add_parser("serve-model", help="serve a model over an OpenAI-compatible API (/v1/completions, /v1/chat/...)")
+    s.add_argument("--model", default="smollm2-135m-instruct", help="alias, HF folder or exported checkpoint")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    s.set_defaults(fn=cmd_serve_model)
 
     s = sub.add_parser("serve", help="serve environments over HTTP (AgentGym routes included)")
     s.add_argument("--envs", help="comma-separated env names (default: all)")
