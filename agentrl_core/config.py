@@ -5,13 +5,37 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Section(BaseModel):
     """Base of every config section: unknown keys are rejected, fields are validated on set."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+
+LLAMA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The linear layers of a Llama-style decoder block (attention and MLP projections)."""
+
+
+class LoraConfig(Section):
+    enabled: bool = False
+    """Train LoRA adapters (peft) instead of all weights; exports merge them into the base model."""
+    r: int = Field(16, ge=1, le=4096)
+    """Rank of each adapter: A is [r, d_in], B is [d_out, r]."""
+    alpha: int = Field(32, ge=1)
+    """Scale numerator: the update is (alpha / r) * B A."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the adapters' input while training."""
+    target_modules: list[str] = Field(default_factory=lambda: list(LLAMA_PROJECTIONS), min_length=1)
+    """Names of the linear layers that get adapters (default: every Llama attention and MLP projection)."""
+
+    @field_validator("target_modules")
+    @classmethod
+    def _check_targets(cls, names: list[str]) -> list[str]:
+        if any(not name.strip() for name in names) or len(set(names)) != len(names):
+            raise ValueError(f"target_modules must be distinct, non-empty module names, got {names}")
+        return names
 
 
 class ModelConfig(Section):
@@ -23,6 +47,8 @@ class ModelConfig(Section):
     """Matmul precision (autocast): bfloat16 over float32 weights is about 2x faster on CPUs with AVX512-BF16."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
+    lora: LoraConfig = LoraConfig()
+    """LoRA adapters instead of full fine-tuning (off by default)."""
 
 
 class EnvConfig(Section):

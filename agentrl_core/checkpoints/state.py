@@ -1,7 +1,9 @@
 """Save and load one training checkpoint: model folder, optimizer, scheduler, RNG and trainer state.
 
 Layout of `<ckpt_root>/step_000010/`:
-    model/               Hugging Face folder (save_pretrained, safetensors) + tokenizer files
+    model/               Hugging Face folder (save_pretrained, safetensors) + tokenizer files; for a
+                         LoRA run (model is a PeftModel) the adapter only: adapter_config.json +
+                         adapter_model.safetensors, the base named by trainer_state's base_model
     optimizer.pt         optimizer.state_dict()
     scheduler.pt         scheduler.state_dict()
     rng.pt               python / numpy / torch (and CUDA) RNG states
@@ -21,7 +23,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl_core.checkpoints.atomic import MARKER, atomic_dir, cleanup_stale, is_complete, remove_dir
+from agentrl_core.checkpoints.atomic import (
+    MARKER,
+    atomic_dir,
+    cleanup_stale,
+    is_complete,
+    remove_dir,
+)
 from agentrl_core.checkpoints.layout import (
     MODEL_DIR,
     OPTIMIZER_FILE,
@@ -33,8 +41,9 @@ from agentrl_core.checkpoints.layout import (
     step_dir,
 )
 from agentrl_core.checkpoints.rng import capture_rng_state, restore_rng_state
-from agentrl_core.checkpoints.weights import load_model_weights
+from agentrl_core.checkpoints.weights import load_model_weights, model_folder
 from agentrl_core.errors import CheckpointError
+from agentrl_core.models.lora import is_adapter_folder, load_adapter_weights
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +114,8 @@ def save_checkpoint(
     Everything goes into a hidden temporary sibling, is fsynced, gets the COMPLETE marker last
     and is then renamed to `step_<step:06d>` (an existing folder of that name is replaced
     safely). Afterwards only the last `keep_last` complete checkpoints are kept (None: all).
-    `model` must be the unwrapped Hugging Face model (not a DDP/compiled wrapper).
+    `model` must be the unwrapped Hugging Face model (not a DDP/compiled wrapper), or the
+    PeftModel of a LoRA run, which saves its adapter only.
     """
     root = Path(ckpt_root)
     final = step_dir(root, step)
@@ -130,6 +140,17 @@ def _missing_parts(path: Path, model, optimizer, scheduler, restore_rng: bool) -
     return [name for name, needed in wanted if needed and not (path / name).exists()]
 
 
+def _load_weights(path: Path, model) -> None:
+    """Full weights into a model, or a saved adapter into the PeftModel of a LoRA run."""
+    folder = model_folder(path)
+    if not is_adapter_folder(folder):
+        load_model_weights(path, model)
+        return
+    if not hasattr(model, "disable_adapter"):
+        raise CheckpointError(f"{path} holds a LoRA adapter: pass the PeftModel (base model wrapped by peft) to load it")
+    load_adapter_weights(folder, model)
+
+
 def load_checkpoint(
     path: str | Path,
     *,
@@ -141,7 +162,8 @@ def load_checkpoint(
     """Restore what is asked for from the checkpoint folder `path` and return its trainer state.
 
     The model is usually built by the caller with `from_pretrained(path / "model")`; pass
-    `model` to load the weights into an existing one instead (strict, see `load_model_weights`).
+    `model` to load the weights into an existing one instead (strict, see `load_model_weights`),
+    or, for a LoRA checkpoint, the PeftModel to load the adapter into (strict as well).
     """
     path = Path(path)
     if not path.is_dir():
@@ -152,7 +174,7 @@ def load_checkpoint(
         raise CheckpointError(f"checkpoint {path} is missing {', '.join(missing)}{hint}")
     trainer_state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     if model is not None:
-        load_model_weights(path, model)
+        _load_weights(path, model)
     if optimizer is not None:
         optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, map_location="cpu", weights_only=True))
     if scheduler is not None:

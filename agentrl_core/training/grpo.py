@@ -125,9 +125,19 @@ def _train_temperature(cfg: RecipeConfig) -> float:
     return t if t > 0 else 1.0
 
 
-def _reference_model(cfg: RecipeConfig, init_model: Path) -> Any | None:
+def _reference_model(cfg: RecipeConfig, init_model: Path, session: TrainingSession | None = None) -> Any | None:
+    """π_ref of the KL terms: the stage's starting model, or None when no KL term is on.
+
+    A LoRA session's base is `init_model` itself, so its reference is the same model with the
+    adapters switched off (peft's `disable_adapter()`), which costs no second copy; otherwise
+    (or when no session is given) a frozen copy of `init_model` is loaded.
+    """
     if cfg.algorithm.kl_coef <= 0 and cfg.algorithm.kl_reward_coef <= 0:
         return None
+    if session is not None and session.adapter is not None:
+        from agentrl_core.models.lora import adapters_off
+
+        return adapters_off(session.adapter)
     ref = load_model(init_model, dtype=cfg.model.dtype)
     ref.requires_grad_(False)
     return ref.eval()
@@ -139,10 +149,11 @@ def train_grpo(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: 
     stage_dir = stage_dir or cfg.run_dir / "grpo"
     torch.manual_seed(cfg.trainer.seed)
     session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.trainer.steps, resume=cfg.trainer.resume,
-                           dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
+                           dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,
+                           lora=cfg.model.lora)
     engine = HFEngine(session.model, session.tokenizer, autocast=cfg.model.compute_dtype)
     chat = ChatFormat(session.tokenizer)
-    ref_model = _reference_model(cfg, init_model)
+    ref_model = _reference_model(cfg, init_model, session)
     last: dict[str, float] = {}
     with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client, session.writer:
         train_ids = client.task_ids(cfg.env.name, "train")[: cfg.env.train_tasks]

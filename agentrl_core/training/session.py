@@ -1,7 +1,16 @@
-"""A training stage's state: model, optimizer, schedule, metrics, checkpoints and resume."""
+"""A training stage's state: model, optimizer, schedule, metrics, checkpoints and resume.
+
+With `model.lora.enabled` the model loaded from `init_model` is wrapped by peft before the
+optimizer is built, so AdamW holds only the adapters. `session.model` is still the Hugging Face
+model the loops run (peft injects the LoRA layers into it); `session.adapter` is the PeftModel
+around it, which checkpoints save (the adapter only) and which can switch the adapters off.
+A LoRA checkpoint stores the adapter, not the base: resume loads the base from `init_model`
+again (recorded as `base_model` in the trainer state) and the adapter from the checkpoint.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -10,10 +19,22 @@ from typing import Any
 
 import torch
 
-from agentrl_core.checkpoints import latest_checkpoint, load_checkpoint, resolve_resume, save_checkpoint
-from agentrl_core.config import OptimConfig
+from agentrl_core.checkpoints import (
+    latest_checkpoint,
+    load_checkpoint,
+    resolve_resume,
+    save_checkpoint,
+)
+from agentrl_core.checkpoints.layout import STATE_FILE
+from agentrl_core.config import LoraConfig, OptimConfig
 from agentrl_core.errors import CheckpointError
 from agentrl_core.models import load_model, load_tokenizer
+from agentrl_core.models.lora import (
+    check_adapter_config,
+    is_adapter_folder,
+    load_adapter_weights,
+    wrap_lora,
+)
 from agentrl_core.training.metrics import MetricsWriter
 from agentrl_core.training.optim import build_optimizer
 
@@ -45,6 +66,10 @@ class TrainingSession:
     start_step: int
     writer: MetricsWriter
     started: float = field(default_factory=time.time)
+    adapter: Any | None = None
+    """The PeftModel around `model` when training LoRA adapters, else None."""
+    lora: LoraConfig | None = None
+    """The LoRA settings of the run when `adapter` is set."""
 
     @property
     def ckpt_root(self) -> Path:
@@ -53,8 +78,11 @@ class TrainingSession:
     def save(self, step: int, keep_last: int, extra: dict[str, Any] | None = None) -> Path:
         """Write a complete, atomic checkpoint for `step`."""
         state = {"step": step, "init_model": self.init_model, "total_steps": self.total_steps, **(extra or {})}
-        return save_checkpoint(self.ckpt_root, step, model=self.model, tokenizer=self.tokenizer,
-                               optimizer=self.optimizer, scheduler=self.scheduler, state=state, keep_last=keep_last)
+        if self.adapter is not None:  # the checkpoint holds the adapter; resume and export need the base
+            state.update(base_model=self.init_model, lora=self.lora)
+        return save_checkpoint(self.ckpt_root, step, model=self.adapter if self.adapter is not None else self.model,
+                               tokenizer=self.tokenizer, optimizer=self.optimizer, scheduler=self.scheduler,
+                               state=state, keep_last=keep_last)
 
     def last_checkpoint(self) -> Path:
         path = latest_checkpoint(self.ckpt_root)
@@ -64,29 +92,58 @@ class TrainingSession:
 
 
 def open_session(stage_dir: Path, init_model: Path, optim: OptimConfig, total_steps: int, *,
-                 resume: str, dtype: str = "float32", gradient_checkpointing: bool = False) -> TrainingSession:
-    """Load the model (from the last checkpoint when resuming, else `init_model`) and its optimizer."""
+                 resume: str, dtype: str = "float32", gradient_checkpointing: bool = False,
+                 lora: LoraConfig | None = None) -> TrainingSession:
+    """Load the model (from the last checkpoint when resuming, else `init_model`) and its optimizer.
+
+    With `lora.enabled` the base always comes from `init_model` and gets fresh adapters (before
+    the optimizer is built, so only they train); a resumed run then loads the checkpoint's adapter.
+    """
     stage_dir.mkdir(parents=True, exist_ok=True)
     ckpt = resolve_resume(stage_dir / "checkpoints", resume)
-    source = ckpt / "model" if ckpt is not None else init_model
+    use_lora = lora is not None and lora.enabled
+    if ckpt is not None:  # refuse a foreign checkpoint before loading anything
+        _check_same_kind(ckpt, use_lora)
+        _check_same_run(_saved_state(ckpt), init_model, ckpt)
+    source = ckpt / "model" if ckpt is not None and not use_lora else init_model
     model = load_model(source, dtype=dtype)
     model.train()
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    tokenizer = load_tokenizer(source)
+    adapter = wrap_lora(model, lora) if use_lora else None  # after checkpointing is on, before the optimizer
+    if adapter is not None and ckpt is not None:
+        check_adapter_config(ckpt / "model", lora)
+        load_adapter_weights(ckpt / "model", adapter)
+    tokenizer = load_tokenizer(source)  # training never changes it; a LoRA checkpoint's copy is for export
     optimizer, scheduler = build_optimizer(model, optim, total_steps)
     start = 0
     if ckpt is not None:
         state = load_checkpoint(ckpt, optimizer=optimizer, scheduler=scheduler)
-        _check_same_run(state, init_model, ckpt)
         start = int(state["step"])
         log.info("resuming %s from step %d (%s)", stage_dir.name, start, ckpt)
     writer = MetricsWriter(stage_dir, resume_step=start)
-    return TrainingSession(stage_dir, str(init_model), model, tokenizer, optimizer, scheduler, total_steps, start, writer)
+    return TrainingSession(stage_dir, str(init_model), model, tokenizer, optimizer, scheduler, total_steps, start, writer,
+                           adapter=adapter, lora=lora if use_lora else None)
+
+
+def _check_same_kind(ckpt: Path, use_lora: bool) -> None:
+    """A LoRA run resumes only from adapter checkpoints, a full run only from full-weight ones."""
+    if is_adapter_folder(ckpt / "model") != use_lora:
+        held, asked = ("a LoRA adapter", "off") if not use_lora else ("full model weights", "on")
+        raise CheckpointError(
+            f"{ckpt} holds {held} but model.lora.enabled is {asked} for this run; set it as the run "
+            "was started, or use a new run name (run.name=...) to start afresh")
+
+
+def _saved_state(ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's trainer state, or {} when it has none (load_checkpoint then says what is missing)."""
+    path = ckpt / STATE_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _check_same_run(state: dict[str, Any], init_model: Path, ckpt: Path) -> None:
-    if state.get("init_model") not in (None, str(init_model)):
-        raise CheckpointError(
-            f"{ckpt} continues a run that started from {state['init_model']}, not {init_model}; "
-            "use a new run name (run.name=...) or delete the run folder to start afresh")
+    for key in ("init_model", "base_model"):
+        if state.get(key) not in (None, str(init_model)):
+            raise CheckpointError(
+                f"{ckpt} continues a run that started from {state[key]}, not {init_model}; "
+                "use a new run name (run.name=...) or delete the run folder to start afresh")

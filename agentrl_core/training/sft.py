@@ -74,7 +74,8 @@ def train_sft(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: P
     schedule = sft_schedule(len(demos), cfg)
     torch.manual_seed(cfg.trainer.seed)
     session = open_session(stage_dir, init_model, cfg.sft.optim, len(schedule), resume=cfg.trainer.resume,
-                           dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing)
+                           dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,
+                           lora=cfg.model.lora)
     pad_id = session.tokenizer.pad_token_id
     last: dict[str, float] = {}
     with session.writer:
