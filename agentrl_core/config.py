@@ -194,6 +194,12 @@ class SFTConfig(Section):
     """Optimizer of the SFT stage."""
     save_every: int = Field(10, ge=1)
     """Save a checkpoint every N steps (and at the end)."""
+    dataset: Path | None = None
+    """Train on these conversations instead of expert demos: .jsonl of {"messages", "meta"} records
+    (see agentrl_core.sft_data), or an AgentGym trajectory .json. All of them are used (sft.demos is ignored)."""
+    packing: bool = False
+    """Pack several conversations into one sequence (block-diagonal attention, positions restarting
+    per sample) up to trainer.micro_batch_tokens, instead of padding each to the longest."""
 
 
 class EvalConfig(Section):

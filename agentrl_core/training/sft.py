@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -13,6 +13,8 @@ from agentrl_core.envs import EnvClient, RemoteEnv
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.models import load_tokenizer
 from agentrl_core.rollout import Trajectory, collect_demos, read_trajectories, write_trajectories
+from agentrl_core.sft_data import load_sft_dataset
+from agentrl_core.sft_data.packing import pack, packed_logprobs, plan_packs
 from agentrl_core.training.batching import collate, plan_micro_batches
 from agentrl_core.training.logprobs import token_logprobs
 from agentrl_core.training.session import StageResult, TrainingSession, open_session
@@ -21,16 +23,32 @@ from agentrl_core.training.timing import timed
 StepCallback = Callable[[int, int, dict[str, float]], None]
 
 
+def _padded_logprobs(session: TrainingSession, demos: Sequence[Trajectory], micro_batch_tokens: int, pad_id: int,
+                     autocast: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(log-probs, target mask) per padded micro-batch."""
+    for idx in plan_micro_batches([len(d.token_ids) for d in demos], micro_batch_tokens):
+        mb = collate(demos, idx, pad_id)
+        yield token_logprobs(session.model, mb.input_ids, mb.attention_mask, mb.target_mask,
+                             autocast=autocast).logprobs, mb.target_mask
+
+
+def _packed_logprobs(session: TrainingSession, demos: Sequence[Trajectory], micro_batch_tokens: int, pad_id: int,
+                     autocast: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(log-probs, target mask) per packed row: samples share a row, never attention (sft.packing)."""
+    for group in plan_packs([len(d.token_ids) for d in demos], micro_batch_tokens):
+        batch = pack(demos, [group], pad_id)
+        yield packed_logprobs(session.model, batch, autocast=autocast), batch.target_mask
+
+
 def sft_update(session: TrainingSession, demos: Sequence[Trajectory], grad_clip: float, micro_batch_tokens: int,
-               pad_id: int, autocast: str = "float32") -> dict[str, float]:
-    """One optimizer step of NLL = −Σ_t m_t log π(y_t) / Σ_t m_t over the whole batch (m = assistant tokens)."""
-    plan = plan_micro_batches([len(d.token_ids) for d in demos], micro_batch_tokens)
-    batches = [collate(demos, idx, pad_id) for idx in plan]
-    n_tokens = float(sum(b.target_mask.sum() for b in batches))
+               pad_id: int, autocast: str = "float32", packing: bool = False) -> dict[str, float]:
+    """One optimizer step of NLL = −Σ_t m_t log π(y_t) / Σ_t m_t over the whole batch (m = assistant tokens),
+    over padded micro-batches or (packing) packed rows; the loss is the same either way."""
+    n_tokens = float(sum(sum(d.loss_mask[1:]) for d in demos))
+    rows = _packed_logprobs if packing else _padded_logprobs
     total = 0.0
-    for mb in batches:
-        stats = token_logprobs(session.model, mb.input_ids, mb.attention_mask, mb.target_mask, autocast=autocast)
-        loss = -(stats.logprobs * mb.target_mask).sum() / n_tokens
+    for logprobs, mask in rows(session, demos, micro_batch_tokens, pad_id, autocast):
+        loss = -(logprobs * mask).sum() / n_tokens
         loss.backward()
         total += float(loss.detach())
     grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), grad_clip)
@@ -52,10 +70,16 @@ def sft_schedule(n_demos: int, cfg: RecipeConfig) -> list[list[int]]:
 
 
 def load_or_collect_demos(cfg: RecipeConfig, stage_dir: Path, init_model: Path, env_url: str) -> list[Trajectory]:
-    """Expert demos for the first `sft.demos` shuffled train tasks, cached as parquet in the stage folder."""
+    """Expert demos for the first `sft.demos` shuffled train tasks (or every conversation of `sft.dataset`),
+    cached as parquet in the stage folder."""
     path = stage_dir / "demos.parquet"
     if path.exists():
         return read_trajectories(path)
+    if cfg.sft.dataset is not None:
+        demos = load_sft_dataset(cfg.sft.dataset, ChatFormat(load_tokenizer(init_model)),
+                                 max_tokens=cfg.rollout.max_context_tokens)
+        write_trajectories(path, demos)
+        return demos
     chat = ChatFormat(load_tokenizer(init_model))
     with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client:
         ids = client.task_ids(cfg.env.name, "train")[: cfg.env.train_tasks]
@@ -83,7 +107,7 @@ def train_sft(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: P
             timings: dict[str, float] = {}
             with timed("train", timings):
                 last = sft_update(session, [demos[i] for i in schedule[step]], cfg.sft.optim.grad_clip,
-                                  cfg.trainer.micro_batch_tokens, pad_id, cfg.model.compute_dtype)
+                                  cfg.trainer.micro_batch_tokens, pad_id, cfg.model.compute_dtype, cfg.sft.packing)
             last.update(timings, train_tokens_per_s=_tokens(demos, schedule[step]) / timings["time/train_s"])
             session.writer.log(step + 1, last)
             if (step + 1) % cfg.sft.save_every == 0 or step + 1 == len(schedule):
