@@ -341,16 +341,22 @@ def serve(
     Binds 127.0.0.1 by default; port 0 or None picks a free one (announced on stderr, and
     written to `port_file` if given). Raises UnknownEnvError / ServerStartError before serving.
     """
+    app = create_app(env_names, max_sessions, session_ttl_s=session_ttl_s, env_kwargs=env_kwargs, workers=workers)
+    run_app(app, host, port, log_level=log_level, port_file=port_file, banner="agentrl env server on http://{}")
+
+
+def run_app(app: Any, host: str, port: int | None, *, log_level: str, port_file: str | None, banner: str) -> None:
+    """Bind (host, port or a free one), publish the port, announce `banner` (formatted with host:port)
+    on stderr, and serve `app` with uvicorn until SIGINT/SIGTERM."""
     import uvicorn
 
-    app = create_app(env_names, max_sessions, session_ttl_s=session_ttl_s, env_kwargs=env_kwargs, workers=workers)
     sock = bind_socket(host, port or 0)
     bound = sock.getsockname()[1]
     if port_file:
         tmp = Path(port_file + ".tmp")
         tmp.write_text(str(bound))
         tmp.replace(port_file)  # atomic: the launcher never reads half a number
-    print(f"agentrl env server on http://{host}:{bound}", file=sys.stderr, flush=True)
+    print(banner.format(f"{host}:{bound}"), file=sys.stderr, flush=True)
     # keep-alive longer than a slow LLM turn, so clients' pooled connections are not closed under them
     config = uvicorn.Config(
         app, host=host, port=bound, log_level=log_level, access_log=False, timeout_keep_alive=KEEP_ALIVE_S

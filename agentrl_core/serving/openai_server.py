@@ -381,9 +381,8 @@ def serve_openai(
     torch's intra-op threads (1 is much faster on a CPU shared with other busy processes).
     """
     import torch
-    import uvicorn
 
-    from agentrl_core.envs.server import bind_socket
+    from agentrl_core.envs.server import run_app
     from agentrl_core.models import load_model, load_tokenizer, resolve_model
     from agentrl_core.rollout.engine import HFEngine
 
@@ -396,16 +395,9 @@ def serve_openai(
     engine = HFEngine(model, tokenizer, max_batch=max_batch)
     app = create_app(engine, tokenizer, served_model_name or os.fspath(model_path), max_context=max_context,
                      api_key=api_key)
-    sock = bind_socket(host, port or 0)
-    bound = sock.getsockname()[1]
-    if port_file:
-        tmp = Path(port_file + ".tmp")
-        tmp.write_text(str(bound))
-        tmp.replace(port_file)  # atomic: the launcher never reads half a number
     auth = "on" if api_key else "off"
-    print(f"agentrl OpenAI server on http://{host}:{bound}/v1 (api key {auth})", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=host, port=bound, log_level=log_level, access_log=False, timeout_keep_alive=120)
-    uvicorn.Server(config).run(sockets=[sock])
+    run_app(app, host, port, log_level=log_level, port_file=port_file,
+            banner="agentrl OpenAI server on http://{}/v1 (api key " + auth + ")")
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

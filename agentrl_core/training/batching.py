@@ -45,6 +45,15 @@ def plan_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[i
     return groups
 
 
+def target_mask(trajs: Sequence[Trajectory]) -> torch.Tensor:
+    """[B, W-1] (W = longest trajectory): 1 where position t scores a model token t+1, as in collate."""
+    width = max(len(t.token_ids) for t in trajs)
+    mask = torch.zeros((len(trajs), width), dtype=torch.float32)
+    for row, t in enumerate(trajs):
+        mask[row, : len(t.token_ids)] = torch.tensor(t.loss_mask, dtype=torch.float32)
+    return mask[:, 1:]
+
+
 def collate(trajs: Sequence[Trajectory], index: list[int], pad_id: int, seq_adv: torch.Tensor | None = None) -> MicroBatch:
     """Pad trajectories `index` into a MicroBatch; `seq_adv[i]` is broadcast over i's model tokens."""
     width = max(len(trajs[i].token_ids) for i in index)

@@ -40,9 +40,14 @@ def _rollout_round(engine: HFEngine, chat: ChatFormat, env_factory: Callable[[],
                         seed=cfg.trainer.seed * 7919 + step * 104_729 + round_ * 15_485_863)
 
 
+def _usable(trajs: Sequence[Trajectory]) -> list[Trajectory]:
+    """Trajectories that can train: no env/engine error and at least one model token."""
+    return [t for t in trajs if t.error is None and t.response_tokens > 0]
+
+
 def _informative(trajs: Sequence[Trajectory]) -> list[Trajectory]:
     """DAPO's filter: the samples of groups whose rewards are not all equal (errored samples dropped)."""
-    ok = [t for t in trajs if t.error is None and t.response_tokens > 0]
+    ok = _usable(trajs)
     if not ok:
         return []
     keep = alg.dynamic_sampling_keep(torch.tensor([t.reward for t in ok], dtype=torch.float32),
@@ -62,7 +67,7 @@ def rollout_batch(engine: HFEngine, chat: ChatFormat, env_factory: Callable[[], 
     tasks = step_tasks(train_ids, step, cfg)
     every = _rollout_round(engine, chat, env_factory, tasks, step, 0, cfg)
     if not cfg.algorithm.dynamic_sampling:
-        return every, [t for t in every if t.error is None and t.response_tokens > 0], 1
+        return every, _usable(every), 1
     kept, rounds = _informative(every), 1
     while rounds < cfg.algorithm.dynamic_sampling_max_rounds:
         missing = alg.groups_still_needed(torch.tensor([t.group for t in kept], dtype=torch.long), len(tasks))

@@ -10,7 +10,7 @@ import torch
 from agentrl_core import algorithms as alg
 from agentrl_core.config import AlgorithmConfig
 from agentrl_core.rollout.trajectory import Trajectory
-from agentrl_core.training.batching import MicroBatch, collate, plan_micro_batches
+from agentrl_core.training.batching import MicroBatch, collate, plan_micro_batches, target_mask
 from agentrl_core.training.logprobs import token_logprobs
 
 
@@ -46,15 +46,6 @@ def select_samples(trajs: Sequence[Trajectory], cfg: AlgorithmConfig) -> list[Tr
         return list(trajs)
     keep = alg.raft_select(torch.tensor([t.reward for t in trajs], dtype=torch.float32), cfg.success_threshold)
     return [t for t, k in zip(trajs, keep.tolist()) if k]
-
-
-def target_mask(trajs: Sequence[Trajectory]) -> torch.Tensor:
-    """[B, W-1] (W = longest trajectory): 1 where position t scores a model token t+1, as in collate."""
-    width = max(len(t.token_ids) for t in trajs)
-    mask = torch.zeros((len(trajs), width), dtype=torch.float32)
-    for row, t in enumerate(trajs):
-        mask[row, : len(t.token_ids)] = torch.tensor(t.loss_mask, dtype=torch.float32)
-    return mask[:, 1:]
 
 
 def shaped_rewards(ctx: UpdateContext, trajs: Sequence[Trajectory], batches: list[MicroBatch]) -> torch.Tensor:
@@ -115,7 +106,8 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
             for k, v in _micro_step(ctx, mb, norm, old).items():
                 totals[k] = totals.get(k, 0.0) + v / epochs
         totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / epochs
-    seq_adv = (adv * target_mask(trajs)).sum(1) / target_mask(trajs).sum(1).clamp(min=1)
+    mask = target_mask(trajs)
+    seq_adv = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
     totals.update(adv_abs_mean=float(seq_adv.abs().mean()), lr=float(ctx.scheduler.get_last_lr()[0]),
                   micro_batches=float(len(batches)), samples_trained=float(len(trajs)),
                   shaped_reward_mean=float(rewards.mean()))

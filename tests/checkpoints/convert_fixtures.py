@@ -29,6 +29,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from tests.checkpoints.conftest import tiny_config as base_tiny_config
+
 VOCAB = 256
 WORLD = 2
 INPUT_IDS = torch.tensor(
@@ -39,16 +41,8 @@ INPUT_IDS = torch.tensor(
 
 def tiny_config(tied: bool) -> LlamaConfig:
     """Hidden 64, 2 layers, 4 heads, vocab 256; intermediate 129 so FSDP shards are uneven (65 + 64)."""
-    return LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=129,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=tied,
-    )
+    return base_tiny_config(vocab_size=VOCAB, hidden_size=64, intermediate_size=129, max_position_embeddings=64,
+                            tie_word_embeddings=tied)
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
