@@ -70,6 +70,172 @@ class EnvConfig(Section):
     """Constructor arguments of the environment (difficulty, limits), e.g. {max_objects: 3}."""
     request_timeout_s: float = Field(30.0, gt=0)
     """HTTP timeout of one environment request."""
+    train_ids: str | None = None
+    """Train task ids as inclusive ranges, e.g. "0-2419" or "0-99,200,300-310"; None = the first
+    `train_tasks` ids of the server's train split."""
+    test_ids: str | None = None
+    """Test task ids as inclusive ranges, e.g. "2420-2619"; None = the first `test_tasks` ids of
+    the server's test split."""
+    task_file: Path | None = None
+    """A verl-style parquet whose rows name the task ids (extra_info.task_id / interaction_kwargs /
+    extra_info.index) per split (extra_info.split; rows without one are train tasks)."""
+
+    @model_validator(mode="after")
+    def _check_task_selection(self) -> "EnvConfig":
+        from agentrl_core.tasksets.ranges import parse_ranges
+
+        for field in ("train_ids", "test_ids"):
+            text = getattr(self, field)
+            if text is not None:
+                try:
+                    parse_ranges(text)
+                except ValueError as exc:
+                    raise ValueError(f"env.{field}: {exc}") from None
+        if self.task_file is not None and self.train_ids is not None:
+            raise ValueError("env.task_file and env.train_ids both choose the train tasks: set only one")
+        return self
+
+
+class EngineConfig(Section):
+    kind: Literal["hf", "vllm", "openai"] = "hf"
+    """Rollout engine: hf (transformers, in the trainer's process), vllm (GPU extra), or openai (any
+    OpenAI-compatible server at `url`, token-in/token-out)."""
+    url: str | None = None
+    """Base URL of the OpenAI-compatible server (kind=openai), e.g. http://127.0.0.1:8001/v1."""
+    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)
+    """vllm: fraction of the GPU's memory vLLM may take (weights + KV cache); leave room for training
+    when colocated."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """vllm: GPUs one model copy is split across."""
+    sleep_when_training: bool = True
+    """vllm: put the engine to sleep while the trainer updates the policy (frees its KV cache, and
+    its weights at level 2) and wake it for the next rollout; needs vLLM's sleep mode (CUDA only)."""
+    sleep_level: Literal[1, 2] = 1
+    """vllm: 1 offloads the weights to CPU and drops the KV cache; 2 drops both (weights are synced
+    from the trainer anyway after each update)."""
+    max_model_len: int | None = None
+    """vllm: longest prompt + reply in tokens; None = the model's own limit."""
+    enforce_eager: bool = False
+    """vllm: skip CUDA-graph capture (starts faster, decodes slower)."""
+    max_batch: int | None = Field(None, ge=1)
+    """Prompts per generate call (chunk c of a call uses seed + c); None = the engine's default
+    (hf and openai 32, vllm all at once: it schedules its own batches)."""
+
+
+class DistributedConfig(Section):
+    backend: Literal["local", "ray"] = "local"
+    """local: rollout and training in this process; ray: rollout workers and a trainer worker as Ray actors."""
+    ray_address: str | None = None
+    """Address of an existing Ray cluster (e.g. "127.0.0.1:6379" or "auto"); None = start a local Ray on
+    127.0.0.1 for the run and stop it at the end."""
+    rollout_workers: int = Field(1, ge=1)
+    """Rollout worker actors; each step's episodes are split evenly across them."""
+    cpus_per_rollout_worker: float = Field(1.0, gt=0)
+    """CPUs reserved for each rollout worker (the trainer worker reserves 1)."""
+    gpus_per_node: int = Field(0, ge=0)
+    """GPUs of one node: no single worker (trainer or rollout) may ask for more than this."""
+    rollout_gpus: float = Field(0.0, ge=0)
+    """GPUs for all rollout workers together, shared evenly (rollout_gpus / rollout_workers each)."""
+    train_gpus: int = Field(0, ge=0)
+    """GPUs of the trainer worker (one node's worth at most; 0 = train on CPU)."""
+    max_step_retries: int = Field(2, ge=0)
+    """How often one step's rollout is retried after a rollout worker died (the worker is recreated first)."""
+    object_store_mb: int | None = Field(None, ge=75)
+    """Object store size of a local Ray in MiB (holds one copy of the weights per step); None = Ray's default."""
+
+
+class DeepSpeedConfig(Section):
+    zero_stage: Literal[2, 3] = 2
+    """ZeRO stage: 2 shards optimizer state and gradients, 3 also the parameters."""
+    offload_optimizer: bool = False
+    """Keep the optimizer states (fp32 masters and Adam moments) in CPU memory and step there
+    (ZeRO-Offload; DeepSpeed's CPU Adam, which it compiles on first use)."""
+    offload_params: bool = False
+    """Keep the parameters in CPU memory between uses (ZeRO-3 only; ZeRO-Infinity's param offload)."""
+    pin_memory: bool = True
+    """Page-lock the CPU buffers of the offloads (faster copies, more locked host memory)."""
+    bf16: bool = True
+    """Train in bfloat16 with fp32 master weights in the optimizer (DeepSpeed's bf16 mode)."""
+    allgather_bucket_size: int = Field(200_000_000, ge=1)
+    """Elements per all-gather bucket (ZeRO-2): larger is faster, uses more memory."""
+    reduce_bucket_size: int = Field(200_000_000, ge=1)
+    """Elements per gradient reduce bucket: larger is faster, uses more memory."""
+    overlap_comm: bool = True
+    """Overlap gradient reduction with the backward pass."""
+    stage3_max_live_parameters: int = Field(1_000_000_000, ge=1)
+    """ZeRO-3: most parameter elements gathered at once before older ones are released."""
+    stage3_prefetch_bucket_size: int = Field(50_000_000, ge=1)
+    """ZeRO-3: parameter elements fetched ahead of their use."""
+    allow_cpu: bool = False
+    """Run DeepSpeed without CUDA on its CPU accelerator (gloo, world size 1): for tests and smoke
+    runs only, it is slow; without CUDA and with this off, backend=deepspeed is refused."""
+
+    @model_validator(mode="after")
+    def _param_offload_needs_zero3(self) -> DeepSpeedConfig:
+        if self.offload_params and self.zero_stage != 3:
+            raise ValueError("trainer.deepspeed.offload_params needs zero_stage=3 (ZeRO-2 keeps whole "
+                             "parameters on the GPU); set zero_stage=3 or offload_params=false")
+        return self
+
+
+class ExperienceConfig(Section):
+    enabled: bool = False
+    """Retrieve experiences from the experience pool into the rollout context (ReMe's role in seed 000)."""
+    url: str | None = None
+    """Base URL of a running experience pool (http://127.0.0.1:8001); None = the flow starts one
+    (agentrl_core.experience.launch_experience_pool) and sets this for the stage."""
+    mode: Literal["mixed", "all"] = "mixed"
+    """"mixed": `rollout_ratio` of each group's samples get experience, the rest none (AgentEvolver's
+    train_rollout_mode); "all": every sample gets experience."""
+    rollout_ratio: float = Field(0.5, ge=0.0, le=1.0)
+    """In "mixed" mode, the share of each group's samples that get experience: floor(ratio * n + 0.5) of n."""
+    top_k: int = Field(3, ge=1, le=100)
+    """Experiences retrieved per task (most similar first)."""
+    keep_in_context: bool = True
+    """True: train on the trajectory with the experience block in its first message, as generated;
+    False: strip the block from the stored prompt (model tokens unchanged; off-policy, see mixing.py)."""
+    summariser: Literal["rule", "model"] = "rule"
+    """"rule": the pool turns successful trajectories into action-sequence lessons; "model": the
+    rollout engine writes each lesson (JSON when_to_use/experience), malformed replies are dropped and counted."""
+    min_score: float = 0.0
+    """Only trajectories with reward >= min_score are summarised, and only experiences scored >= it are retrieved."""
+    summarise_failures: bool = False
+    """Also store a "what not to do" lesson from failed trajectories (rule summariser)."""
+    db_url: str | None = None
+    """SQLAlchemy URL of the pool's store when the flow starts it; None = SQLite at
+    <run_dir>/experience.db. PostgreSQL: postgresql+psycopg://user@host:port/db."""
+    request_timeout_s: float = Field(60.0, gt=0.0)
+    """Timeout of one request to the pool (the first one also loads the embedding model)."""
+
+
+class StoreConfig(Section):
+    model_config = ConfigDict(**Section.model_config, hide_input_in_errors=True)  # URLs may hold passwords
+
+    registry_url: str | None = None
+    """SQLAlchemy URL of the run registry; None = SQLite at <run.root>/registry.db. PostgreSQL:
+    postgresql+psycopg://user@host:port/db. Keep the password out of it (PGPASSWORD or ~/.pgpass):
+    the recipe is stored and shown; a URL that has one is redacted in logs and errors."""
+
+    @field_validator("registry_url")
+    @classmethod
+    def _check_registry_url(cls, url: str | None) -> str | None:
+        backend = url.split("://", 1)[0].split("+", 1)[0] if url is not None and "://" in url else None
+        if url is not None and backend not in ("sqlite", "postgresql"):
+            raise ValueError("registry_url must be a SQLAlchemy URL of SQLite or PostgreSQL, e.g. "
+                             "sqlite:////abs/path/registry.db or postgresql+psycopg://user@host:5432/db")
+        return url
+    storage: str | None = None
+    """Where checkpoints, datasets and reports are copied: None = the local run folder only; an
+    s3://bucket/prefix URI uploads them through boto3 (the usual AWS settings or a Prefect block)."""
+    s3_endpoint_url: str | None = None
+    """S3-compatible endpoint (MinIO, moto: http://127.0.0.1:9000); None = boto3's own lookup
+    (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / ~/.aws/config, else AWS). Never put credentials here:
+    they come from the environment, ~/.aws or a Prefect AwsCredentials block."""
+    s3_region: str | None = None
+    """AWS region of the bucket; None = boto3's own lookup (AWS_DEFAULT_REGION, ~/.aws/config)."""
+    aws_credentials_block: str | None = None
+    """Name of a Prefect `AwsCredentials` block (prefect-aws) holding the S3 credentials; None = the
+    usual AWS settings (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws)."""
 
 
 class SamplingConfig(Section):
@@ -92,6 +258,8 @@ class RolloutConfig(Section):
     """Tasks per training step; the batch is tasks_per_step x group_size trajectories."""
     max_context_tokens: int = Field(1024, ge=64)
     """An episode whose context would exceed this is truncated."""
+    engine: EngineConfig = EngineConfig()
+    """Which engine generates the rollouts."""
 
 
 class AlgorithmConfig(Section):
@@ -143,6 +311,23 @@ class AlgorithmConfig(Section):
     """DAPO: drop groups whose rewards are all equal and roll out more groups to refill the batch."""
     dynamic_sampling_max_rounds: int = Field(3, ge=1)
     """DAPO: the most generation rounds one step may use to refill (then it trains on what it has)."""
+    r3l_retry: bool = False
+    """R3L rollout: each failed attempt reflects (JSON), then retries from the step it names with its
+    guidance in context; the retry joins its attempt's group (pair with advantage r3l, policy_loss opmd)."""
+    r3l_max_reflection_tokens: int = Field(256, ge=16)
+    """R3L: the most tokens one reflection may generate."""
+    r3l_max_retries_per_group: int = Field(0, ge=0)
+    """R3L: at most this many failed attempts of a group reflect and retry (lowest sample first); 0 = all."""
+
+    @model_validator(mode="after")
+    def _check_r3l(self) -> "AlgorithmConfig":
+        if self.r3l_retry and self.dynamic_sampling:
+            raise ValueError("algorithm.r3l_retry cannot be combined with dynamic_sampling (a retry joins its "
+                             "attempt's group, so refill rounds would mix); set one of them to false")
+        if self.r3l_retry and self.tis_cap > 0:
+            raise ValueError("algorithm.r3l_retry cannot be combined with tis_cap > 0: a retry's engine log-probs "
+                             "were computed with the guidance in context; set tis_cap: 0")
+        return self
 
 
 class OptimConfig(Section):
@@ -179,6 +364,10 @@ class TrainerConfig(Section):
     """auto: continue from the last complete checkpoint of this run folder; never: refuse a non-empty one."""
     seed: int = 0
     """Seed of sampling and shuffling."""
+    backend: Literal["torch", "deepspeed"] = "torch"
+    """torch: plain PyTorch on this process; deepspeed: DeepSpeed ZeRO (GPU extra), see `deepspeed`."""
+    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    """DeepSpeed options (backend=deepspeed)."""
 
 
 class SFTConfig(Section):
@@ -241,6 +430,12 @@ class RecipeConfig(Section):
     """The SFT warm-start stage."""
     eval: EvalConfig = EvalConfig()
     """The evaluation stage."""
+    distributed: DistributedConfig = DistributedConfig()
+    """Where rollout and training run (this process, or Ray actors)."""
+    experience: ExperienceConfig = ExperienceConfig()
+    """The experience pool."""
+    store: StoreConfig = StoreConfig()
+    """The run registry and object storage."""
 
     @property
     def run_dir(self) -> Path:

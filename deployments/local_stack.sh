@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A local Prefect stack for agentrl's deployments: server on 127.0.0.1, a process work pool, the
 # deployments from prefect.yaml, and a worker. Usage:
-#   bash deployments/local_stack.sh start     # then: .venv/bin/prefect deployment run train/train-household
+#   bash deployments/local_stack.sh start     # then: .venv/bin/prefect deployment run train/train-alfworld
 #   bash deployments/local_stack.sh stop
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,10 +27,22 @@ start() {
   done
   curl -fs "http://127.0.0.1:$PORT/api/health" > /dev/null || { echo "server did not start; see $STATE/server.log"; exit 1; }
   "$PREFECT" work-pool inspect "$POOL" > /dev/null 2>&1 || "$PREFECT" work-pool create "$POOL" --type process
+  gpu_limits
   PWD="$PWD" "$PREFECT" --no-prompt deploy --all
   "$PREFECT" worker start --pool "$POOL" > "$STATE/worker.log" 2>&1 &
   echo $! > "$STATE/worker.pid"
-  echo "UI: http://127.0.0.1:$PORT   run: PREFECT_API_URL=$PREFECT_API_URL $PREFECT deployment run train/train-household"
+  echo "UI: http://127.0.0.1:$PORT   run: PREFECT_API_URL=$PREFECT_API_URL $PREFECT deployment run train/train-alfworld"
+}
+
+# One global concurrency limit per GPU (gpu-0, gpu-1, …; limit 1 each): training and evaluation
+# stages hold the GPUs they use (tasks/gpu.py), so concurrent flow runs never share a card.
+# AGENTRL_GPUS overrides the count nvidia-smi reports (0 on a CPU-only machine: no limits).
+gpu_limits() {
+  local n=${AGENTRL_GPUS:-$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU ' || true)}
+  for i in $(seq 0 $((n - 1))); do
+    "$PREFECT" gcl inspect "gpu-$i" > /dev/null 2>&1 || "$PREFECT" gcl create "gpu-$i" --limit 1
+  done
+  echo "GPU concurrency limits: $n"
 }
 
 stop() {

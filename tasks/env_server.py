@@ -50,3 +50,22 @@ def env_server(env: EnvConfig) -> Iterator[str]:
         yield str(info["url"])
     finally:
         stop_env_server(int(info["pid"]))
+
+
+@task(name="start-env-servers", retries=2, retry_delay_seconds=2, timeout_seconds=180)
+def start_env_servers(names: list[str]) -> dict[str, object]:
+    """Start one env server on 127.0.0.1 serving every environment in `names`; returns its url and pid."""
+    server = launch_server(list(names), host="127.0.0.1")
+    _SERVERS[server.pid] = server
+    get_run_logger().info("environment server for %s at %s (pid %d)", ", ".join(names), server.url, server.pid)
+    return {"url": server.url, "pid": server.pid}
+
+
+@contextmanager
+def env_servers(names: list[str]) -> Iterator[str]:
+    """The url of a server for all of `names` for the flow's body, always stopped after."""
+    info = start_env_servers(names)
+    try:
+        yield str(info["url"])
+    finally:
+        stop_env_server(int(info["pid"]))

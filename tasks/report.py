@@ -22,6 +22,7 @@ def report(run_dir: str, evals: dict[str, dict], stage_dirs: dict[str, str], exp
         body += f"\n## Reward curve\n\n![reward curve](data:image/png;base64,{png})\n\nFile: `{rep.plot}`\n"
     create_markdown_artifact(markdown=body, key="run-summary", description="Run summary")
     for label, path in exports.items():
-        create_link_artifact(link=Path(path).resolve().as_uri(), link_text=f"{label} checkpoint (Hugging Face folder)",
-                             key=f"checkpoint-{label}")
+        where = str(Path(path).resolve())
+        create_link_artifact(link=Path(where).as_uri(), link_text=where, key=f"checkpoint-{label}",
+                             description=f"{label} checkpoint (Hugging Face folder)")
     return {"rows": rep.rows, "markdown": str(rep.markdown), "plot": str(rep.plot) if rep.plot else None}

@@ -14,8 +14,10 @@ from agentrl_core.config import RecipeConfig
 from agentrl_core.envs import EnvClient
 from agentrl_core.evaluation.runner import evaluate_model
 from agentrl_core.models import resolve_model
+from agentrl_core.tasksets import format_ranges, resolve_task_ids
 from agentrl_core.training.grpo import train_grpo
 from agentrl_core.training.sft import train_sft
+from tasks.gpu import stage_gpus
 from tasks.retry import retry_transient
 
 TRANSIENT = {"retries": 2, "retry_delay_seconds": [5, 20], "retry_condition_fn": retry_transient}
@@ -51,29 +53,33 @@ def import_model(name: str) -> str:
 
 @task(name="load-tasks", **TRANSIENT)
 def load_tasks(cfg: RecipeConfig, env_url: str) -> dict[str, int]:
-    """Count the train and test tasks the server offers (and check the recipe asks for no more)."""
+    """The train and test task ids the run uses (env.train_ids/test_ids ranges, a verl parquet
+    env.task_file, or the first train_tasks/test_tasks of the server's listing); counts them."""
     with EnvClient(env_url) as client:
-        train, test = client.task_ids(cfg.env.name, "train"), client.task_ids(cfg.env.name, "test")
+        train, test = resolve_task_ids(cfg.env, client, "train"), resolve_task_ids(cfg.env, client, "test")
     if not train or not test:
-        raise ValueError(f"environment {cfg.env.name} offers {len(train)} train and {len(test)} test tasks")
-    used = {"train": min(cfg.env.train_tasks, len(train)), "test": min(cfg.env.test_tasks, len(test))}
-    get_run_logger().info("%s: %d train / %d test tasks available, using %s", cfg.env.name, len(train), len(test), used)
+        raise ValueError(f"environment {cfg.env.name}: the recipe selects {len(train)} train and {len(test)} test tasks")
+    used = {"train": len(train), "test": len(test)}
+    get_run_logger().info("%s: using %s tasks (train %s, test %s)", cfg.env.name, used, format_ranges(train),
+                          format_ranges(test))
     return used
 
 
 @task(name="sft", **TRANSIENT)
 def sft_stage(cfg: RecipeConfig, init_model: str, env_url: str) -> dict:
     """Supervised warm-start on expert demonstrations (resumes from its last checkpoint)."""
-    result = train_sft(cfg, init_model=Path(init_model), env_url=env_url,
-                       on_step=_progress_callback("sft-progress", "SFT optimizer steps"))
+    with stage_gpus(cfg):
+        result = train_sft(cfg, init_model=Path(init_model), env_url=env_url,
+                           on_step=_progress_callback("sft-progress", "SFT optimizer steps"))
     return asdict(result)
 
 
 @task(name="grpo", **TRANSIENT)
 def grpo_stage(cfg: RecipeConfig, init_model: str, env_url: str) -> dict:
     """GRPO from `init_model` (resumes from its last checkpoint)."""
-    result = train_grpo(cfg, init_model=Path(init_model), env_url=env_url,
-                        on_step=_progress_callback("grpo-progress", "GRPO steps"))
+    with stage_gpus(cfg):
+        result = train_grpo(cfg, init_model=Path(init_model), env_url=env_url,
+                            on_step=_progress_callback("grpo-progress", "GRPO steps"))
     return asdict(result)
 
 
@@ -86,10 +92,17 @@ def export_checkpoint(checkpoint: str, out_dir: str) -> str:
 @task(name="evaluate", **TRANSIENT)
 def evaluate(cfg: RecipeConfig, label: str, model: str, env_url: str) -> dict:
     """Evaluate one model on the held-out tasks; returns the summary as a dict."""
-    summary = evaluate_model(model, env_name=cfg.env.name, env_url=env_url, cfg=cfg.eval, n_tasks=cfg.env.test_tasks,
-                             max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens,
-                             dtype=cfg.model.dtype, autocast=cfg.model.compute_dtype, out_dir=cfg.run_dir / "eval" / label,
-                             on_progress=lambda done, total: progress.report(f"eval-{label}", done, total,
-                                                                             f"evaluating {label}"))
+    with stage_gpus(cfg):
+        summary = _evaluate(cfg, label, model, env_url)
     get_run_logger().info("eval %s: %s", label, summary.to_dict())
     return summary.to_dict()
+
+
+def _evaluate(cfg: RecipeConfig, label: str, model: str, env_url: str):
+    with EnvClient(env_url) as client:
+        test_ids = resolve_task_ids(cfg.env, client, "test")
+    return evaluate_model(model, task_ids=test_ids, env_name=cfg.env.name, env_url=env_url, cfg=cfg.eval, n_tasks=cfg.env.test_tasks,
+                          max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens,
+                          dtype=cfg.model.dtype, autocast=cfg.model.compute_dtype, out_dir=cfg.run_dir / "eval" / label,
+                          on_progress=lambda done, total: progress.report(f"eval-{label}", done, total,
+                                                                          f"evaluating {label}"))

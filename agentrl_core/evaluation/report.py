@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-
-from agentrl_core.training.metrics import read_metrics  # noqa: E402
+from agentrl_core.evaluation.plots import draw_lines, plt
+from agentrl_core.training.metrics import read_metrics
 
 COLUMNS = ("model", "success_rate", "pass@1", "pass@k", "mean_reward", "mean_steps", "n_errors")
 
@@ -65,13 +62,9 @@ def plot_curves(stage_dirs: Mapping[str, Path], rows: list[dict[str, Any]], out:
 
 
 def _plot_steps(ax: Any, metrics: list[dict[str, Any]], keys: tuple[str, ...], title: str) -> None:
-    for key in keys:
-        pts = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", label=key)
-    ax.set(title=title, xlabel="step")
-    if len(keys) > 1 and metrics:
-        ax.legend()
+    """One line per metric key of one stage's metrics.jsonl rows, over steps."""
+    series = {key: [(m["step"], m[key]) for m in metrics if m.get(key) is not None] for key in keys}
+    draw_lines(ax, series, title=title)
 
 
 def write_report(run_dir: Path, evals: Mapping[str, Mapping[str, Any]], stage_dirs: Mapping[str, Path],

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -12,7 +13,15 @@ from agentrl_core.envs import EnvClient, RemoteEnv
 from agentrl_core.evaluation.metrics import EpisodeResult, EvalSummary, summarize
 from agentrl_core.models import load_model, load_tokenizer, resolve_model
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout import EpisodeSpec, HFEngine, LoopLimits, Trajectory, run_episodes, write_trajectories
+from agentrl_core.rollout import (
+    Engine,
+    EpisodeSpec,
+    HFEngine,
+    LoopLimits,
+    Trajectory,
+    run_episodes,
+    write_trajectories,
+)
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -33,27 +42,43 @@ def _turn_progress(on_progress: ProgressCallback | None, sample: int, k: int, ma
 def evaluate_model(
     model: str | Path, *, env_name: str, env_url: str, cfg: EvalConfig, n_tasks: int, max_turns: int,
     max_context_tokens: int = 2048, dtype: str = "float32", autocast: str = "float32", out_dir: Path | None = None,
-    on_progress: ProgressCallback | None = None,
+    on_progress: ProgressCallback | None = None, task_ids: Sequence[int] | None = None,
 ) -> EvalSummary:
-    """Play the first `n_tasks` test tasks k times each (sample j with seed cfg.seed + j).
-
-    Trajectories go to `out_dir/trajectories.parquet` when `out_dir` is given.
+    """Play the first `n_tasks` test tasks (or exactly `task_ids`) k times each (sample j with seed
+    cfg.seed + j) with HFEngine. Trajectories go to `out_dir/trajectories.parquet` when `out_dir` is given.
     """
     path = resolve_model(str(model))
     policy, tokenizer = load_model(path, dtype=dtype), load_tokenizer(path)
     engine = HFEngine(policy, tokenizer, max_batch=cfg.batch_size, autocast=autocast)
-    chat = ChatFormat(tokenizer)
-    limits = LoopLimits(max_turns, max_context_tokens)
-    trajs: list[Trajectory] = []
-    with EnvClient(env_url) as client, torch.no_grad():
-        task_ids = client.task_ids(env_name, "test")[:n_tasks]
-        for j in range(cfg.k):
-            specs = [EpisodeSpec(task_id=t, group=g, sample=j) for g, t in enumerate(task_ids)]
-            turn_done = _turn_progress(on_progress, j, cfg.k, max_turns)
-            trajs += run_episodes(engine, chat, lambda: RemoteEnv(client, env_name), specs, cfg.sampling, limits,
-                                  seed=cfg.seed + j, on_turn=turn_done)
-            if on_progress is not None:
-                on_progress((j + 1) * max_turns, cfg.k * max_turns)
+    trajs = play_eval_episodes(engine, tokenizer, env_name=env_name, env_url=env_url, cfg=cfg, n_tasks=n_tasks,
+                               limits=LoopLimits(max_turns, max_context_tokens), on_progress=on_progress,
+                               task_ids=task_ids)
     if out_dir is not None:
         write_trajectories(Path(out_dir) / "trajectories.parquet", trajs, model=str(model))
     return summarize(episode_results(trajs))
+
+
+def play_eval_episodes(
+    engine: Engine, tokenizer: Any, *, env_name: str, env_url: str, cfg: EvalConfig, n_tasks: int,
+    limits: LoopLimits, split: str = "test", env_seed: int | None = None,
+    on_progress: ProgressCallback | None = None, task_ids: Sequence[int] | None = None,
+) -> list[Trajectory]:
+    """Play the first `n_tasks` tasks of `split` (or exactly `task_ids`) k = cfg.k times each through any engine.
+
+    Sample j samples with seed cfg.seed + j; every sample of a task resets the environment with
+    the same `env_seed`, so the k samples are k attempts at one task (what pass@k assumes).
+    """
+    chat = ChatFormat(tokenizer)
+    trajs: list[Trajectory] = []
+    with EnvClient(env_url) as client, torch.no_grad():
+        task_ids = list(task_ids) if task_ids is not None else client.task_ids(env_name, split)[:n_tasks]
+        if not task_ids:
+            raise ValueError(f"environment {env_name!r} has no tasks in split {split!r} at {env_url}")
+        for j in range(cfg.k):
+            specs = [EpisodeSpec(task_id=t, group=g, sample=j, seed=env_seed) for g, t in enumerate(task_ids)]
+            turn_done = _turn_progress(on_progress, j, cfg.k, limits.max_turns)
+            trajs += run_episodes(engine, chat, lambda: RemoteEnv(client, env_name), specs, cfg.sampling, limits,
+                                  seed=cfg.seed + j, on_turn=turn_done)
+            if on_progress is not None:
+                on_progress((j + 1) * limits.max_turns, cfg.k * limits.max_turns)
+    return trajs

@@ -25,6 +25,8 @@ class EpisodeSpec:
     group: int = 0
     sample: int = 0
     seed: int | None = None
+    context: str | None = None
+    """Text appended to the first observation (e.g. retrieved experience, experience/mixing.py)."""
 
 
 @dataclass
@@ -75,6 +77,8 @@ def _open(env_factory: Callable[[], Env], chat: ChatFormat, spec: EpisodeSpec) -
         env = env_factory()
         traj.env = env.name
         obs, _info = env.reset(task_id=spec.task_id, seed=spec.seed)
+        if spec.context:  # recorded so the block can be found (and stripped) later
+            obs, traj.extra["context"] = f"{obs}\n\n{spec.context}", spec.context
         traj.messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
         traj.append(chat.prompt_ids(traj.messages), trainable=False)
         traj.prompt_len = len(traj.token_ids)

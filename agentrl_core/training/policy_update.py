@@ -10,13 +10,25 @@ import torch
 from agentrl_core import algorithms as alg
 from agentrl_core.config import AlgorithmConfig
 from agentrl_core.rollout.trajectory import Trajectory
-from agentrl_core.training.batching import MicroBatch, collate, plan_micro_batches, target_mask
+from agentrl_core.training.backends import TorchBackend, TrainBackend
+from agentrl_core.training.batching import (
+    MicroBatch,
+    collate,
+    plan_micro_batches,
+    target_mask,
+)
 from agentrl_core.training.logprobs import token_logprobs
 
 
 @dataclass
 class UpdateContext:
-    """What the update needs besides the data."""
+    """What the update needs besides the data.
+
+    `model` is what the log-prob forward runs on: the Hugging Face model, or the DeepSpeed engine
+    under ZeRO-3 (`TrainBackend.forward_module`). `backend` runs backward and the optimizer step;
+    left None it is a TorchBackend over `model`, `optimizer` and `scheduler` (clip_grad_norm_,
+    AdamW step, schedule step, zero_grad), so callers that pass only those behave as before.
+    """
 
     model: Any
     optimizer: torch.optim.Optimizer
@@ -30,6 +42,12 @@ class UpdateContext:
     autocast: str = "float32"
     max_response_tokens: int = 0
     """L_max of DAPO's overlong shaping (the sampling's max_new_tokens); 0 when shaping is off."""
+    backend: TrainBackend | None = None
+    """Who applies the gradients; None: a TorchBackend over model, optimizer, scheduler and grad_clip."""
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            self.backend = TorchBackend(self.model, self.optimizer, self.scheduler, self.grad_clip)
 
 
 def sequence_advantages(trajs: Sequence[Trajectory], cfg: AlgorithmConfig) -> torch.Tensor:
@@ -108,18 +126,15 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
         totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / epochs
     mask = target_mask(trajs)
     seq_adv = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
-    totals.update(adv_abs_mean=float(seq_adv.abs().mean()), lr=float(ctx.scheduler.get_last_lr()[0]),
+    totals.update(adv_abs_mean=float(seq_adv.abs().mean()), lr=ctx.backend.lr,
                   micro_batches=float(len(batches)), samples_trained=float(len(trajs)),
                   shaped_reward_mean=float(rewards.mean()))
     return totals
 
 
 def _optimizer_step(ctx: UpdateContext) -> float:
-    grad_norm = torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), ctx.grad_clip)
-    ctx.optimizer.step()
-    ctx.scheduler.step()
-    ctx.optimizer.zero_grad(set_to_none=True)
-    return float(grad_norm)
+    """Clip to grad_clip, update, advance the schedule, clear the gradients; the norm before clipping."""
+    return ctx.backend.step()
 
 
 def _logprobs(ctx: UpdateContext, model: Any, mb: MicroBatch) -> torch.Tensor:
@@ -155,7 +170,7 @@ def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: tor
     ent = agg(stats.entropy, mask, norm)
     if cfg.entropy_coef > 0:
         loss = loss - cfg.entropy_coef * ent
-    loss.backward()
+    ctx.backend.backward(loss)
     out.update(loss=float(loss.detach()), entropy=_token_mean(stats.entropy, mask, norm),
                clipfrac=_token_mean(pg_stats.get("clipfrac"), mask, norm),
                rollout_logp_diff=_token_mean((old - mb.engine_logprobs).abs(), mask, norm))

@@ -6,6 +6,11 @@ model the loops run (peft injects the LoRA layers into it); `session.adapter` is
 around it, which checkpoints save (the adapter only) and which can switch the adapters off.
 A LoRA checkpoint stores the adapter, not the base: resume loads the base from `init_model`
 again (recorded as `base_model` in the trainer state) and the adapter from the checkpoint.
+
+With `trainer.backend=deepspeed` a DeepSpeed engine owns the optimizer (`session.backend`); a
+checkpoint then holds the full weights in the usual `model/` folder (gathered under ZeRO-3, so
+export and `from_pretrained` work unchanged) plus DeepSpeed's own engine, optimizer and schedule
+state in `deepspeed/`, both written before the COMPLETE marker; resume loads both.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from agentrl_core.checkpoints import (
     save_checkpoint,
 )
 from agentrl_core.checkpoints.layout import STATE_FILE
-from agentrl_core.config import LoraConfig, OptimConfig
-from agentrl_core.errors import CheckpointError
+from agentrl_core.config import LoraConfig, OptimConfig, TrainerConfig
+from agentrl_core.errors import CheckpointError, ConfigError
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.lora import (
     check_adapter_config,
@@ -35,10 +40,14 @@ from agentrl_core.models.lora import (
     load_adapter_weights,
     wrap_lora,
 )
+from agentrl_core.training.backends import TorchBackend, TrainBackend, build_backend
 from agentrl_core.training.metrics import MetricsWriter
 from agentrl_core.training.optim import build_optimizer
 
 log = logging.getLogger(__name__)
+
+DEEPSPEED_DIR = "deepspeed"
+"""Sub-folder of a checkpoint holding DeepSpeed's engine/optimizer/schedule state (backend=deepspeed)."""
 
 
 @dataclass
@@ -70,16 +79,31 @@ class TrainingSession:
     """The PeftModel around `model` when training LoRA adapters, else None."""
     lora: LoraConfig | None = None
     """The LoRA settings of the run when `adapter` is set."""
+    backend: TrainBackend | None = None
+    """Backward and optimizer step: a TorchBackend over `optimizer`/`scheduler`, or a DeepSpeedBackend."""
 
     @property
     def ckpt_root(self) -> Path:
         return self.stage_dir / "checkpoints"
+
+    @property
+    def forward_model(self) -> Any:
+        """What the training forward runs on: `model`, or the DeepSpeed engine under ZeRO-3."""
+        return self.backend.forward_module if self.backend is not None else self.model
+
+    @property
+    def uses_deepspeed(self) -> bool:
+        return self.backend is not None and not isinstance(self.backend, TorchBackend)
 
     def save(self, step: int, keep_last: int, extra: dict[str, Any] | None = None) -> Path:
         """Write a complete, atomic checkpoint for `step`."""
         state = {"step": step, "init_model": self.init_model, "total_steps": self.total_steps, **(extra or {})}
         if self.adapter is not None:  # the checkpoint holds the adapter; resume and export need the base
             state.update(base_model=self.init_model, lora=self.lora)
+        if self.uses_deepspeed:
+            return save_checkpoint(self.ckpt_root, step, model=_DeepSpeedWriter(self.backend, step),
+                                   tokenizer=self.tokenizer, state={**state, "backend": "deepspeed"},
+                                   keep_last=keep_last)
         return save_checkpoint(self.ckpt_root, step, model=self.adapter if self.adapter is not None else self.model,
                                tokenizer=self.tokenizer, optimizer=self.optimizer, scheduler=self.scheduler,
                                state=state, keep_last=keep_last)
@@ -93,18 +117,25 @@ class TrainingSession:
 
 def open_session(stage_dir: Path, init_model: Path, optim: OptimConfig, total_steps: int, *,
                  resume: str, dtype: str = "float32", gradient_checkpointing: bool = False,
-                 lora: LoraConfig | None = None) -> TrainingSession:
+                 lora: LoraConfig | None = None, trainer: TrainerConfig | None = None) -> TrainingSession:
     """Load the model (from the last checkpoint when resuming, else `init_model`) and its optimizer.
 
     With `lora.enabled` the base always comes from `init_model` and gets fresh adapters (before
     the optimizer is built, so only they train); a resumed run then loads the checkpoint's adapter.
+    `trainer.backend` picks plain torch (also when `trainer` is None) or DeepSpeed.
     """
     stage_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = resolve_resume(stage_dir / "checkpoints", resume)
+    deepspeed = trainer is not None and trainer.backend == "deepspeed"
     use_lora = lora is not None and lora.enabled
+    if deepspeed and use_lora:
+        raise ConfigError("model.lora.enabled with trainer.backend=deepspeed is not supported (the adapter "
+                          "checkpoints and the reference model without adapters assume plain torch); "
+                          "set trainer.backend=torch for LoRA, or turn LoRA off to use DeepSpeed")
+    ckpt = resolve_resume(stage_dir / "checkpoints", resume)
     if ckpt is not None:  # refuse a foreign checkpoint before loading anything
         _check_same_kind(ckpt, use_lora)
         _check_same_run(_saved_state(ckpt), init_model, ckpt)
+        _check_same_backend(ckpt, deepspeed)
     source = ckpt / "model" if ckpt is not None and not use_lora else init_model
     model = load_model(source, dtype=dtype)
     model.train()
@@ -115,15 +146,51 @@ def open_session(stage_dir: Path, init_model: Path, optim: OptimConfig, total_st
         check_adapter_config(ckpt / "model", lora)
         load_adapter_weights(ckpt / "model", adapter)
     tokenizer = load_tokenizer(source)  # training never changes it; a LoRA checkpoint's copy is for export
-    optimizer, scheduler = build_optimizer(model, optim, total_steps)
+    if deepspeed:
+        backend = build_backend(trainer, model, optim, total_steps, tokenizer=tokenizer)
+        optimizer, scheduler = backend.optimizer, backend.scheduler
+    else:
+        optimizer, scheduler = build_optimizer(model, optim, total_steps)
+        backend = TorchBackend(model, optimizer, scheduler, optim.grad_clip, tokenizer=tokenizer,
+                               save_model=adapter if adapter is not None else model)
     start = 0
     if ckpt is not None:
-        state = load_checkpoint(ckpt, optimizer=optimizer, scheduler=scheduler)
+        if deepspeed:  # DeepSpeed's state first; then trainer state and RNG from our files
+            backend.load(ckpt / DEEPSPEED_DIR)
+            state = load_checkpoint(ckpt)
+        else:
+            state = load_checkpoint(ckpt, optimizer=optimizer, scheduler=scheduler)
         start = int(state["step"])
         log.info("resuming %s from step %d (%s)", stage_dir.name, start, ckpt)
     writer = MetricsWriter(stage_dir, resume_step=start)
     return TrainingSession(stage_dir, str(init_model), model, tokenizer, optimizer, scheduler, total_steps, start, writer,
-                           adapter=adapter, lora=lora if use_lora else None)
+                           adapter=adapter, lora=lora if use_lora else None, backend=backend)
+
+
+class _DeepSpeedWriter:
+    """Stands in for the model in `save_checkpoint`: the HF weights into `model/`, DeepSpeed's state beside it.
+
+    `save_checkpoint` calls `save_pretrained(<tmp>/model)` inside its atomic folder, before the
+    marker, so both land in the step folder or neither does. One process (world size 1): with
+    several ranks every rank would have to call DeepSpeed's save into the same folder.
+    """
+
+    def __init__(self, backend: Any, step: int) -> None:
+        self.backend, self.step = backend, step
+
+    def save_pretrained(self, folder: Path, safe_serialization: bool = True) -> None:
+        folder = Path(folder)
+        self.backend.save_hf(folder)
+        self.backend.save(folder.parent / DEEPSPEED_DIR, self.step)
+
+
+def _check_same_backend(ckpt: Path, deepspeed: bool) -> None:
+    """A DeepSpeed run resumes only from checkpoints with DeepSpeed's state, a torch run only from ones without."""
+    if (ckpt / DEEPSPEED_DIR).is_dir() != deepspeed:
+        held, asked = ("DeepSpeed", "torch") if not deepspeed else ("plain torch", "deepspeed")
+        raise CheckpointError(
+            f"{ckpt} holds {held} optimizer state but trainer.backend is {asked} for this run; set it as the "
+            "run was started, or use a new run name (run.name=...) to start afresh")
 
 
 def _check_same_kind(ckpt: Path, use_lora: bool) -> None:

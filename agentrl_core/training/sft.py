@@ -10,11 +10,18 @@ import torch
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.envs import EnvClient, RemoteEnv
-from agentrl_core.models.chat import ChatFormat
+from agentrl_core.errors import ConfigError
 from agentrl_core.models import load_tokenizer
-from agentrl_core.rollout import Trajectory, collect_demos, read_trajectories, write_trajectories
+from agentrl_core.models.chat import ChatFormat
+from agentrl_core.rollout import (
+    Trajectory,
+    collect_demos,
+    read_trajectories,
+    write_trajectories,
+)
 from agentrl_core.sft_data import load_sft_dataset
 from agentrl_core.sft_data.packing import pack, packed_logprobs, plan_packs
+from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.training.batching import collate, plan_micro_batches
 from agentrl_core.training.logprobs import token_logprobs
 from agentrl_core.training.session import StageResult, TrainingSession, open_session
@@ -28,13 +35,17 @@ def _padded_logprobs(session: TrainingSession, demos: Sequence[Trajectory], micr
     """(log-probs, target mask) per padded micro-batch."""
     for idx in plan_micro_batches([len(d.token_ids) for d in demos], micro_batch_tokens):
         mb = collate(demos, idx, pad_id)
-        yield token_logprobs(session.model, mb.input_ids, mb.attention_mask, mb.target_mask,
+        yield token_logprobs(session.forward_model, mb.input_ids, mb.attention_mask, mb.target_mask,
                              autocast=autocast).logprobs, mb.target_mask
 
 
 def _packed_logprobs(session: TrainingSession, demos: Sequence[Trajectory], micro_batch_tokens: int, pad_id: int,
                      autocast: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(log-probs, target mask) per packed row: samples share a row, never attention (sft.packing)."""
+    if session.forward_model is not session.model:
+        raise ConfigError("sft.packing runs the bare model's decoder, which gives wrong gradients under "
+                          "DeepSpeed ZeRO-3 (its engine's forward must run); set sft.packing=false or "
+                          "trainer.deepspeed.zero_stage=2")
     for group in plan_packs([len(d.token_ids) for d in demos], micro_batch_tokens):
         batch = pack(demos, [group], pad_id)
         yield packed_logprobs(session.model, batch, autocast=autocast), batch.target_mask
@@ -49,14 +60,27 @@ def sft_update(session: TrainingSession, demos: Sequence[Trajectory], grad_clip:
     total = 0.0
     for logprobs, mask in rows(session, demos, micro_batch_tokens, pad_id, autocast):
         loss = -(logprobs * mask).sum() / n_tokens
-        loss.backward()
+        if session.uses_deepspeed:
+            session.backend.backward(loss)
+        else:
+            loss.backward()
         total += float(loss.detach())
+    grad_norm, lr = _optimizer_step(session, grad_clip)
+    return {"loss": total, "grad_norm": grad_norm, "lr": lr, "tokens": n_tokens}
+
+
+def _optimizer_step(session: TrainingSession, grad_clip: float) -> tuple[float, float]:
+    """Clip the global norm to grad_clip, step, advance the schedule, clear; (norm before clipping, next lr).
+
+    DeepSpeed clips inside its step, to the stage optimizer's grad_clip (its config).
+    """
+    if session.uses_deepspeed:
+        return session.backend.step(), session.backend.lr
     grad_norm = torch.nn.utils.clip_grad_norm_(session.model.parameters(), grad_clip)
     session.optimizer.step()
     session.scheduler.step()
     session.optimizer.zero_grad(set_to_none=True)
-    return {"loss": total, "grad_norm": float(grad_norm), "lr": float(session.scheduler.get_last_lr()[0]),
-            "tokens": n_tokens}
+    return float(grad_norm), float(session.scheduler.get_last_lr()[0])
 
 
 def sft_schedule(n_demos: int, cfg: RecipeConfig) -> list[list[int]]:
@@ -82,7 +106,7 @@ def load_or_collect_demos(cfg: RecipeConfig, stage_dir: Path, init_model: Path, 
         return demos
     chat = ChatFormat(load_tokenizer(init_model))
     with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client:
-        ids = client.task_ids(cfg.env.name, "train")[: cfg.env.train_tasks]
+        ids = resolve_task_ids(cfg.env, client, "train")
         pick = random.Random(cfg.trainer.seed).sample(list(ids), min(cfg.sft.demos, len(ids)))
         demos = collect_demos(lambda: RemoteEnv(client, cfg.env.name), chat, pick, cfg.env.max_turns)
     write_trajectories(path, demos)
@@ -99,7 +123,7 @@ def train_sft(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: P
     torch.manual_seed(cfg.trainer.seed)
     session = open_session(stage_dir, init_model, cfg.sft.optim, len(schedule), resume=cfg.trainer.resume,
                            dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,
-                           lora=cfg.model.lora)
+                           lora=cfg.model.lora, trainer=cfg.trainer)
     pad_id = session.tokenizer.pad_token_id
     last: dict[str, float] = {}
     with session.writer:

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from agentrl_core.envs import EnvClient, RemoteEnv, StepResult, create_app, names
+from agentrl_core.envs import EnvClient, RemoteEnv, StepResult, create_app
 from agentrl_core.envs.errors import (
     EnvError,
     EnvServerError,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence

@@ -24,3 +24,7 @@ def tiny_overrides(model_path, root) -> list[str]:
             "sft.demos=4", "sft.epochs=1", "sft.batch_size=4", "trainer.steps=1", "rollout.tasks_per_step=2",
             "rollout.group_size=2", "rollout.sampling.max_new_tokens=4", "eval.sampling.max_new_tokens=4",
             "model.compute_dtype=float32"]
+
+
+from tests.s3_fixtures import s3_endpoint  # noqa: E402,F401  (moto's S3 server, shared with the storage tests)
+from tests.store.conftest import postgres_url  # noqa: E402,F401  (a real PostgreSQL, shared with the registry tests)

@@ -15,7 +15,7 @@ from agentrl_core.training.grpo import train_grpo
 from tests.envs.conftest import every_env
 
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
-GRID = ["alfworld_grpo", "alfworld_opmd", "alfworld_raft", "alfworld_opmd_reweight_adv"]
+GRID = ["alfworld_grpo", "alfworld_opmd", "alfworld_raft", "alfworld_opmd_reweight_adv", "alfworld_opmd_r3l"]
 INSTALLED = {p.values[0] for p in every_env() if not p.marks}
 
 

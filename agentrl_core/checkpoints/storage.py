@@ -1,0 +1,299 @@
+"""Object storage for run artifacts (checkpoints, datasets, reports): a local folder or an S3 prefix.
+
+Every backend has the same API, addressed by keys (`checkpoints/step_000010`, `reports/eval.json`)
+relative to its root, or by the full URI that `uri_for(key)` returns:
+
+- `put_dir(local_dir, key)` uploads every file, then an upload marker (`UPLOAD_MARKER`, a JSON
+  manifest of relative paths and sizes) LAST, so a reader never takes a half-uploaded folder;
+- `get_dir(uri, local_dir)` refuses a folder without the marker, downloads into a temporary
+  sibling of `local_dir`, checks every manifest file arrived with its size, and renames it in;
+- `put_file`, `get_file`, `exists`, `list(prefix)`, `uri_for(key)`.
+
+`open_storage(None or a path, root=...)` gives a `LocalStorage`; `open_storage("s3://bucket/prefix")`
+an `S3Storage` (boto3, imported lazily; see `storage_s3`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from agentrl_core.checkpoints.atomic import MARKER as ATOMIC_MARKER
+from agentrl_core.errors import AgentRLError
+from agentrl_core.fsync import fsync_dir
+
+UPLOAD_MARKER = "_UPLOAD_COMPLETE.json"
+"""Name of the manifest object written last by `put_dir`; a folder without it is incomplete."""
+
+
+class StorageError(AgentRLError):
+    """A storage operation failed: the message names the operation, the URI and the cause (never credentials)."""
+
+
+def normalize_key(key: str) -> str:
+    """A clean relative key (`a/b/c`): no leading/trailing slashes, no empty, `.` or `..` parts."""
+    parts = [p for p in str(key).replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise StorageError(f"invalid storage key {key!r}: use a relative path such as 'checkpoints/step_000010'")
+    return "/".join(parts)
+
+
+def local_files(local_dir: Path) -> dict[str, Path]:
+    """Every regular file under `local_dir`, by its relative POSIX path (sorted)."""
+    if not local_dir.is_dir():
+        raise StorageError(f"cannot upload {local_dir}: it is not a folder")
+    found: dict[str, Path] = {}
+    for dirpath, dirnames, filenames in os.walk(local_dir):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            found[path.relative_to(local_dir).as_posix()] = path
+    if UPLOAD_MARKER in found:
+        raise StorageError(
+            f"cannot upload {local_dir}: it already holds {UPLOAD_MARKER} (the storage marker); "
+            "upload the original folder, not a copy of a stored one with its marker"
+        )
+    return found
+
+
+def manifest_of(files: dict[str, Path]) -> dict[str, Any]:
+    """The upload marker's content: `{"files": {relpath: size_bytes}, "uploaded_at": unix_time}`."""
+    return {"files": {rel: path.stat().st_size for rel, path in files.items()}, "uploaded_at": time.time()}
+
+
+def parse_manifest(text: str | bytes, where: str) -> dict[str, int]:
+    """The `files` map of an upload marker, or StorageError when it is not one."""
+    try:
+        files = json.loads(text)["files"]
+        return {str(rel): int(size) for rel, size in files.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StorageError(f"{where}: the upload marker is not a valid manifest ({type(exc).__name__})") from None
+
+
+def temp_sibling(final: Path) -> Path:
+    """A fresh hidden sibling `.<name>.tmp-<pid>-<hex>` (the pattern `atomic.cleanup_stale` removes)."""
+    return final.parent / f".{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Rename the finished folder `tmp` to `final`; an existing `final` is moved aside, then deleted."""
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+        os.replace(final, old)
+        try:
+            os.replace(tmp, final)
+        except BaseException:
+            os.replace(old, final)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    fsync_dir(final.parent)
+
+
+def check_download(tmp: Path, expected: dict[str, int], uri: str) -> None:
+    """StorageError unless every manifest file is in `tmp` with its recorded size."""
+    wrong = []
+    for rel, size in expected.items():
+        path = tmp / rel
+        if not path.is_file():
+            wrong.append(f"{rel} (missing)")
+        elif path.stat().st_size != size:
+            wrong.append(f"{rel} ({path.stat().st_size} bytes, manifest says {size})")
+    if wrong:
+        raise StorageError(f"download of {uri} is inconsistent with its manifest: {', '.join(wrong[:10])}")
+
+
+class Storage(ABC):
+    """One storage root (a local folder or an S3 prefix); keys are relative to it."""
+
+    @abstractmethod
+    def uri_for(self, key: str) -> str:
+        """The full URI (a path, or s3://bucket/prefix/key) of `key`."""
+
+    @abstractmethod
+    def put_file(self, local_path: str | Path, key: str) -> str:
+        """Store one file under `key`; return its URI."""
+
+    @abstractmethod
+    def get_file(self, uri_or_key: str, local_path: str | Path) -> Path:
+        """Fetch one stored file to `local_path` (written to a temporary name, then renamed)."""
+
+    @abstractmethod
+    def put_dir(self, local_dir: str | Path, key: str) -> str:
+        """Store every file of `local_dir` under `key`, the upload marker last; return the URI."""
+
+    @abstractmethod
+    def get_dir(self, uri_or_key: str, local_dir: str | Path) -> Path:
+        """Fetch a folder stored by `put_dir` into `local_dir`; refuse one without the marker."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """True when `key` is a stored file or a completely stored folder."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys of every stored file under `prefix` (sorted; markers included)."""
+
+
+class LocalStorage(Storage):
+    """A folder on this machine (the run folder by default); URIs are absolute paths."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser().resolve()
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({str(self.root)!r})"
+
+    def _path(self, uri_or_key: str | Path) -> Path:
+        text = str(uri_or_key)
+        if text.startswith("file://"):
+            text = text[len("file://"):]
+        if os.path.isabs(text):
+            return Path(text)
+        return self.root / normalize_key(text)
+
+    def uri_for(self, key: str) -> str:
+        return str(self.root / normalize_key(key))
+
+    def put_file(self, local_path: str | Path, key: str) -> str:
+        src, dest = Path(local_path), self._path(key)
+        if not src.is_file():
+            raise StorageError(f"cannot store {src}: it is not a file")
+        if src.resolve() != dest.resolve():
+            _copy_file_atomic(src, dest)
+        return str(dest)
+
+    def get_file(self, uri_or_key: str, local_path: str | Path) -> Path:
+        src, dest = self._path(uri_or_key), Path(local_path)
+        if not src.is_file():
+            raise StorageError(f"cannot fetch {src}: no such file in {self!r}")
+        if src.resolve() != dest.resolve():
+            _copy_file_atomic(src, dest)
+        return dest
+
+    def put_dir(self, local_dir: str | Path, key: str) -> str:
+        src, dest = Path(local_dir), self._path(key)
+        if src.resolve() == dest.resolve():  # already in place (e.g. a checkpoint of this run)
+            if not self._complete(dest):
+                raise StorageError(f"{dest} is already at its storage key but is not complete (no marker)")
+            return str(dest)
+        files = local_files(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_sibling(dest)
+        try:
+            for rel, path in files.items():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, tmp / rel)
+            (tmp / UPLOAD_MARKER).write_text(json.dumps(manifest_of(files)), encoding="utf-8")
+            replace_dir(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return str(dest)
+
+    def get_dir(self, uri_or_key: str, local_dir: str | Path) -> Path:
+        src, dest = self._path(uri_or_key), Path(local_dir)
+        if not self._complete(src):
+            raise StorageError(
+                f"refusing {src}: it has no {UPLOAD_MARKER} (or {ATOMIC_MARKER}) marker, so its upload is "
+                "incomplete or still running; re-run put_dir"
+            )
+        if src.resolve() == dest.resolve():
+            return dest
+        expected = self._manifest(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_sibling(dest)
+        try:
+            for rel in expected:
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src / rel, tmp / rel)
+            tmp.mkdir(parents=True, exist_ok=True)
+            check_download(tmp, expected, str(src))
+            replace_dir(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return dest
+
+    def _complete(self, folder: Path) -> bool:
+        return (folder / UPLOAD_MARKER).is_file() or (folder / ATOMIC_MARKER).is_file()
+
+    def _manifest(self, folder: Path) -> dict[str, int]:
+        """The marker's manifest, or (a folder published by `atomic_dir`) every file it holds."""
+        marker = folder / UPLOAD_MARKER
+        if marker.is_file():
+            return parse_manifest(marker.read_bytes(), str(folder))
+        return {rel: path.stat().st_size for rel, path in local_files(folder).items()}
+
+    def exists(self, key: str) -> bool:
+        path = self._path(key)
+        return path.is_file() or (path.is_dir() and self._complete(path))
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix) if prefix.strip("/") else self.root
+        if base.is_file():
+            return [base.relative_to(self.root).as_posix()]
+        if not base.is_dir():
+            return []
+        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file())
+
+
+def _copy_file_atomic(src: Path, dest: Path) -> None:
+    """Copy to a temporary sibling, then rename over `dest` (a reader sees the old or the new file)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(dest)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def open_storage(
+    uri: str | Path | None,
+    *,
+    root: str | Path,
+    endpoint_url: str | None = None,
+    region_name: str | None = None,
+    profile_name: str | None = None,
+    aws_access_key_id: str | None = None,
+    aws_secret_access_key: str | None = None,
+    aws_session_token: str | None = None,
+) -> Storage:
+    """The storage for `uri`: None → `LocalStorage(root)`; a path or file:// URI → `LocalStorage(path)`;
+    `s3://bucket/prefix` → `S3Storage` through boto3.
+
+    S3 credentials and endpoint come from the usual AWS settings (AWS_ACCESS_KEY_ID/
+    AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws, and AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3 for
+    MinIO or moto) unless given here, e.g. from a Prefect AwsCredentials block. They are held by
+    the boto3 client only, never in repr, logs or error messages.
+    """
+    if uri is None:
+        return LocalStorage(root)
+    text = str(uri)
+    if text.startswith("s3://"):
+        from agentrl_core.checkpoints.storage_s3 import S3Storage
+
+        return S3Storage.from_uri(
+            text, endpoint_url=endpoint_url, region_name=region_name, profile_name=profile_name,
+            aws_access_key_id=aws_access_key_id, aws_secret_access_key=aws_secret_access_key,
+            aws_session_token=aws_session_token,
+        )
+    if "://" in text and not text.startswith("file://"):
+        raise StorageError(f"unsupported storage URI {text!r}: use a local path, file://path or s3://bucket/prefix")
+    return LocalStorage(text[len("file://"):] if text.startswith("file://") else text)
+
+
+def storage_from_config(store: Any, *, root: str | Path, **credentials: str | None) -> Storage:
+    """`open_storage` for a `StoreConfig` (`storage`, `s3_endpoint_url`, `s3_region`); credentials
+    (aws_access_key_id, aws_secret_access_key, aws_session_token, profile_name) are passed by the
+    caller (e.g. from a Prefect block), never read from the config."""
+    return open_storage(
+        store.storage, root=root, endpoint_url=store.s3_endpoint_url, region_name=store.s3_region, **credentials
+    )

@@ -1,0 +1,153 @@
+"""The Ray driver of the GRPO stage: rollout workers play, the trainer worker learns, weights sync each step."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentrl_core.config import RecipeConfig
+from agentrl_core.distributed.cluster import import_ray, ray_runtime
+from agentrl_core.distributed.placement import (
+    check_fits,
+    create_placement_groups,
+    in_group,
+    plan_placement,
+)
+from agentrl_core.distributed.rollout_pool import RolloutPool, WorkersDied
+from agentrl_core.distributed.trainer_worker import remote_trainer_worker
+from agentrl_core.envs import EnvClient
+from agentrl_core.errors import AgentRLError, ConfigError
+from agentrl_core.rollout import EpisodeSpec, Trajectory, write_trajectories
+from agentrl_core.tasksets import resolve_task_ids
+from agentrl_core.training.grpo import StepCallback, rollout_metrics, round_specs, step_tasks, usable_trajectories
+from agentrl_core.training.session import StageResult
+from agentrl_core.training.timing import timed
+
+log = logging.getLogger(__name__)
+
+
+class RolloutRetriesExhausted(AgentRLError):
+    """A step's rollout failed more often than distributed.max_step_retries allows."""
+
+
+class TrainerDied(AgentRLError):
+    """The trainer worker died; the run resumes from its last complete checkpoint when started again."""
+
+
+def train_grpo_ray(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: Path | None = None,
+                   on_step: StepCallback | None = None) -> StageResult:
+    """Run (or resume) the GRPO stage to `trainer.steps` on Ray; the same files and metrics as train_grpo."""
+    _check_supported(cfg)
+    stage_dir = stage_dir or cfg.run_dir / "grpo"
+    plan = plan_placement(cfg.distributed)
+    with ray_runtime(cfg.distributed, plan.cpus):
+        ray = import_ray()
+        check_fits(plan, ray.cluster_resources())
+        rollout_group, trainer_group = create_placement_groups(plan)
+        trainer, pool = None, None
+        try:
+            trainer = remote_trainer_worker({"num_cpus": plan.trainer.cpus, "num_gpus": plan.trainer.gpus,
+                                             "scheduling_strategy": in_group(trainer_group, 0)}
+                                            ).remote(cfg, str(init_model), str(stage_dir))
+            pool = RolloutPool(plan, rollout_group, str(init_model), env_url, cfg)
+            return _loop(cfg, trainer, pool, env_url, stage_dir, on_step)
+        finally:
+            _release(trainer, pool, rollout_group, trainer_group)
+
+
+def _loop(cfg: RecipeConfig, trainer: Any, pool: RolloutPool, env_url: str, stage_dir: Path,
+          on_step: StepCallback | None) -> StageResult:
+    """Each step: sync the trainer's weights to the workers, roll out, update, log, checkpoint."""
+    start = trainer_get(trainer.start_step.remote(), stage_dir)
+    with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client:
+        train_ids = resolve_task_ids(cfg.env, client, "train")
+    last: dict[str, float] = {}
+    for step in range(start, cfg.trainer.steps):
+        pool.sync(step, trainer.state_dict.remote())  # one object-store copy per step, resolved by every worker
+        last = ray_step(trainer, pool, train_ids, step, cfg, stage_dir)
+        trainer_get(trainer.log.remote(step + 1, last), stage_dir)
+        if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == cfg.trainer.steps:
+            trainer_get(trainer.save.remote(step + 1, {"metrics": last}), stage_dir)
+        if on_step is not None:
+            on_step(step + 1, cfg.trainer.steps, last)
+    if cfg.trainer.steps == 0 and start == 0:
+        trainer_get(trainer.save.remote(0), stage_dir)
+    checkpoint = trainer_get(trainer.last_checkpoint.remote(), stage_dir)
+    return StageResult("grpo", checkpoint, cfg.trainer.steps, start, last)
+
+
+def ray_step(trainer: Any, pool: RolloutPool, train_ids: Sequence[int], step: int, cfg: RecipeConfig,
+             stage_dir: Path) -> dict[str, float]:
+    """One step, with grpo_step's metrics plus `rollout_retries`: rollout on the pool → update on the trainer."""
+    timings: dict[str, float] = {}
+    with timed("rollout", timings):
+        specs, seed = round_specs(step_tasks(train_ids, step, cfg), step, 0, cfg)
+        trajs, retries = rollout_with_retries(pool, specs, seed, step, cfg.distributed.max_step_retries)
+        usable = usable_trajectories(trajs)
+    write_trajectories(stage_dir / "rollout_log" / f"step_{step + 1:06d}.parquet", trajs, step=step + 1)
+    metrics = rollout_metrics(trajs)
+    metrics.update(rollout_rounds=1.0, samples_trained=0.0, rollout_retries=float(retries))
+    with timed("train", timings):
+        metrics.update(trainer_get(trainer.update.remote(usable), stage_dir))
+    metrics.update(timings)
+    metrics["rollout_tokens_per_s"] = sum(t.response_tokens for t in trajs) / max(1e-9, timings["time/rollout_s"])
+    metrics["train_tokens_per_s"] = sum(len(t.token_ids) for t in usable) / max(1e-9, timings["time/train_s"])
+    metrics["time/step_s"] = timings["time/rollout_s"] + timings["time/train_s"]
+    return metrics
+
+
+def trainer_get(ref: Any, stage_dir: Path) -> Any:
+    """The trainer call's result; its death becomes TrainerDied, saying how to resume."""
+    ray = import_ray()
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayActorError as err:
+        raise TrainerDied(f"the trainer worker died ({type(err).__name__}: {err}); start the stage again to resume "
+                          f"from the last complete checkpoint under {stage_dir / 'checkpoints'}") from err
+
+
+def rollout_with_retries(pool: RolloutPool, specs: Sequence[EpisodeSpec], seed: int, step: int,
+                         max_retries: int) -> tuple[list[Trajectory], int]:
+    """(trajectories, retries used): a worker death is logged, the worker recreated, the whole round replayed."""
+    for attempt in range(max_retries + 1):
+        try:
+            return pool.run(specs, seed), attempt
+        except WorkersDied as died:
+            log.error("step %d: %s (attempt %d of %d)", step + 1, died, attempt + 1, max_retries + 1)
+            pool.replace(died.indices, f"in the rollout of step {step + 1}")
+    raise RolloutRetriesExhausted(
+        f"step {step + 1}: rollout workers died in all {max_retries + 1} attempts; see the errors above (out of "
+        "memory? a crashing env?), raise distributed.max_step_retries, or resume the run from its last checkpoint")
+
+
+def _check_supported(cfg: RecipeConfig) -> None:
+    if cfg.model.lora.enabled:
+        raise ConfigError("model.lora.enabled is not supported with distributed.backend=ray yet (the rollout "
+                          "workers would need the merged adapter); use distributed.backend=local")
+    unsupported = {"algorithm.dynamic_sampling": cfg.algorithm.dynamic_sampling,
+                   "algorithm.r3l_retry": cfg.algorithm.r3l_retry, "experience.enabled": cfg.experience.enabled,
+                   "trainer.backend=deepspeed": cfg.trainer.backend == "deepspeed",
+                   "rollout.engine.kind=" + cfg.rollout.engine.kind: cfg.rollout.engine.kind != "hf"}
+    for name, on in unsupported.items():
+        if on:
+            raise ConfigError(f"{name} is not supported with distributed.backend=ray yet (the rollout workers run "
+                              "plain HF rounds); use distributed.backend=local or turn it off")
+
+
+def _release(trainer: Any, pool: RolloutPool | None, *groups: Any) -> None:
+    """Close the trainer's metrics file, kill the actors, free the placement groups."""
+    ray = import_ray()
+    from ray.util.placement_group import remove_placement_group
+
+    if trainer is not None:
+        try:
+            ray.get(trainer.close.remote(), timeout=60)
+        except ray.exceptions.RayError:
+            log.exception("the trainer worker could not close its metrics file")
+        ray.kill(trainer)
+    if pool is not None:
+        pool.shutdown()
+    for group in groups:
+        remove_placement_group(group)

@@ -1,0 +1,128 @@
+"""The rollout pool: N rollout worker actors, episodes split across them, dead workers replaced."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl_core.config import RecipeConfig
+from agentrl_core.distributed.placement import PlacementPlan, in_group
+from agentrl_core.distributed.rollout_worker import remote_rollout_worker
+from agentrl_core.distributed.weight_sync import check_versions, sync_weights
+from agentrl_core.errors import AgentRLError
+from agentrl_core.rollout import EpisodeSpec, Trajectory
+
+log = logging.getLogger(__name__)
+SHARD_SEED_STRIDE = 10_007
+"""Shard i samples with seed + i * stride, so workers draw different streams (shard 0 keeps the seed)."""
+
+
+class WorkerStartError(AgentRLError):
+    """A rollout worker failed in its constructor (bad model path, unreachable env server): not retried."""
+
+
+class WorkersDied(AgentRLError):
+    """One or more rollout workers died during a call; `indices` names them."""
+
+    def __init__(self, indices: list[int], detail: str) -> None:
+        super().__init__(f"rollout workers {indices} died: {detail}")
+        self.indices = indices
+
+
+def split_evenly(items: Sequence[Any], n: int) -> list[list[Any]]:
+    """`items` in n contiguous shards whose sizes differ by at most one (larger first)."""
+    q, r = divmod(len(items), n)
+    bounds = [i * q + min(i, r) for i in range(n + 1)]
+    return [list(items[bounds[i]:bounds[i + 1]]) for i in range(n)]
+
+
+@dataclass
+class _Weights:
+    version: int
+    ref: Any
+
+
+class RolloutPool:
+    """Creates one actor per rollout bundle of the placement plan, and keeps them alive and in sync."""
+
+    def __init__(self, plan: PlacementPlan, group: Any, init_model: str, env_url: str, cfg: RecipeConfig) -> None:
+        self.plan, self.group, self.init_model, self.env_url, self.cfg = plan, group, init_model, env_url, cfg
+        self.weights: _Weights | None = None
+        self.workers = [self._spawn(i) for i in range(len(plan.rollout))]
+
+    def name(self, index: int) -> str:
+        return f"rollout-worker-{index}"
+
+    def _spawn(self, index: int) -> Any:
+        bundle = self.plan.rollout[index]
+        cls = remote_rollout_worker({"num_cpus": bundle.cpus, "num_gpus": bundle.gpus, "max_restarts": 0,
+                                     "scheduling_strategy": in_group(self.group, index)})
+        return cls.remote(self.init_model, self.env_url, self.cfg)
+
+    def sync(self, version: int, state_ref: Any) -> None:
+        """Every worker to `version` (checked); a worker found dead is replaced, which loads it too."""
+        import ray
+
+        self.weights = _Weights(version, state_ref)
+        names = [self.name(i) for i in range(len(self.workers))]
+        try:
+            sync_weights(self.workers, names, version, state_ref)
+        except ray.exceptions.RayActorError as err:
+            self.replace(self._dead(), f"during the weight sync to version {version} ({type(err).__name__})")
+            check_versions(ray.get([w.weights_version.remote() for w in self.workers]), version, names)
+
+    def run(self, specs: Sequence[EpisodeSpec], seed: int) -> list[Trajectory]:
+        """Every spec played (contiguous shards, one per worker); raises WorkersDied naming the dead ones."""
+        import ray
+
+        shards = split_evenly(specs, len(self.workers))
+        calls = [(i, w.run.remote(s, seed + i * SHARD_SEED_STRIDE))
+                 for i, (w, s) in enumerate(zip(self.workers, shards)) if s]
+        out: list[Trajectory] = []
+        dead: dict[int, str] = {}
+        for i, ref in calls:
+            try:
+                out.extend(ray.get(ref))
+            except ray.exceptions.RayActorError as err:
+                if err.actor_init_failed:
+                    raise WorkerStartError(f"{self.name(i)} failed to start: {err}") from err
+                dead[i] = f"{type(err).__name__}: {err}"
+        if dead:
+            raise WorkersDied(sorted(dead), "; ".join(f"{self.name(i)}: {d}" for i, d in dead.items()))
+        return out
+
+    def replace(self, indices: Sequence[int], why: str) -> None:
+        """New actors in the dead workers' bundles, loaded with the current weights.
+
+        The old actor is killed first: one that was only unreachable would otherwise keep its bundle.
+        """
+        import ray
+
+        for i in indices:
+            log.error("%s died %s; recreating it with weights version %s", self.name(i), why,
+                      None if self.weights is None else self.weights.version)
+            ray.kill(self.workers[i])
+            self.workers[i] = self._spawn(i)
+        if self.weights is not None:
+            sync_weights([self.workers[i] for i in indices], [self.name(i) for i in indices],
+                         self.weights.version, self.weights.ref)
+
+    def _dead(self) -> list[int]:
+        """The workers that do not answer (a dead actor raises on any call)."""
+        import ray
+
+        dead = []
+        for i, w in enumerate(self.workers):
+            try:
+                ray.get(w.weights_version.remote(), timeout=60)
+            except ray.exceptions.RayActorError:
+                dead.append(i)
+        return dead
+
+    def shutdown(self) -> None:
+        import ray
+
+        for w in self.workers:
+            ray.kill(w)

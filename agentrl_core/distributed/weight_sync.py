@@ -1,0 +1,63 @@
+"""Weight sync: versioned state dicts from the trainer to the rollout workers, checked on both ends.
+
+Version v is the number of optimizer steps behind the weights (the step of the checkpoint they
+equal). A worker accepts only a newer version than it holds, so a late or repeated message can
+never roll it back; the driver then checks that every worker reports exactly v.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from agentrl_core.errors import AgentRLError
+
+UNSYNCED = -1
+"""The version of a worker that holds the initial model and has not been synced yet."""
+
+
+class StaleWeightsError(AgentRLError):
+    """A worker was offered weights that are not newer than the ones it holds."""
+
+
+class WeightSyncError(AgentRLError):
+    """After a sync, a worker does not report the version it was sent."""
+
+
+def cpu_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """The model's weights as detached CPU tensors in their own dtype (what travels through the object store)."""
+    return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+
+
+def accept(current: int, offered: int) -> None:
+    """Raise StaleWeightsError unless `offered` is newer than `current`."""
+    if offered <= current:
+        raise StaleWeightsError(f"offered weights version {offered} but this worker already holds version {current}; "
+                                "versions must increase (a stale or repeated sync)")
+
+
+def load_into(model: Any, state_dict: Mapping[str, torch.Tensor]) -> None:
+    """Copy every tensor into the model (strict: the same keys, shapes); dtypes are cast to the model's."""
+    with torch.no_grad():
+        model.load_state_dict(dict(state_dict), strict=True)
+
+
+def check_versions(reported: Sequence[int], version: int, names: Sequence[str]) -> None:
+    """Raise WeightSyncError naming every worker that does not report `version`."""
+    wrong = [f"{n} has {v}" for n, v in zip(names, reported) if v != version]
+    if wrong:
+        raise WeightSyncError(f"weight sync to version {version} failed: {', '.join(wrong)}")
+
+
+def sync_weights(workers: Sequence[Any], names: Sequence[str], version: int, state_ref: Any) -> None:
+    """Send one object-store copy of the weights to every worker, then verify each reports `version`.
+
+    `state_ref` is an ObjectRef of the state dict (put once per step); Ray resolves it in each worker.
+    Raises ray.exceptions.RayActorError when a worker is dead (the caller replaces it).
+    """
+    import ray
+
+    ray.get([w.load_weights.remote(version, state_ref) for w in workers])
+    check_versions(ray.get([w.weights_version.remote() for w in workers]), version, names)

@@ -1,0 +1,95 @@
+"""The experience pool client: one httpx client, typed errors, wire models in and out."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import httpx
+from pydantic import BaseModel
+
+from agentrl_core.experience.errors import (
+    ExperienceError,
+    ExperienceRequestError,
+    ExperienceServerError,
+    ExperienceUnavailableError,
+)
+from agentrl_core.experience.summarise import ExperienceRecord
+from agentrl_core.experience.wire import (
+    AddRequest,
+    AddResponse,
+    ErrorResponse,
+    ExperienceIn,
+    HealthResponse,
+    RetrievedExperience,
+    RetrieveRequest,
+    RetrieveResponse,
+    StatsResponse,
+    SummariseRequest,
+    SummariseResponse,
+    TrajectoryIn,
+)
+
+
+def error_from_response(resp: httpx.Response) -> ExperienceError:
+    """The typed exception for a non-2xx response: 4xx → ExperienceRequestError, 5xx → ExperienceServerError."""
+    try:
+        body = ErrorResponse.model_validate(resp.json())
+        detail = f"{body.error}: {body.detail}"
+    except ValueError:
+        detail = resp.text[:500]
+    where = f"{resp.request.method} {resp.request.url.path}"
+    cls = ExperienceRequestError if resp.status_code < 500 else ExperienceServerError
+    return cls(f"experience pool answered {resp.status_code} to {where}: {detail}")
+
+
+class ExperienceClient:
+    """Talks to one pool: `summarise`, `add`, `retrieve`, `stats`, `health`. A context manager."""
+
+    def __init__(self, url: str, timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+
+    def _request(self, method: str, path: str, body: BaseModel | None, out: type[BaseModel]) -> Any:
+        try:
+            resp = self._http.request(method, path, json=None if body is None else body.model_dump(mode="json"))
+        except httpx.TimeoutException as err:
+            raise ExperienceUnavailableError(f"experience pool at {self.url} timed out on {path}: {err}") from None
+        except httpx.TransportError as err:
+            raise ExperienceUnavailableError(
+                f"cannot reach the experience pool at {self.url} ({type(err).__name__}: {err}); is it running?"
+            ) from None
+        if resp.status_code >= 400:
+            raise error_from_response(resp)
+        return out.model_validate(resp.json())
+
+    def health(self) -> HealthResponse:
+        return self._request("GET", "/health", None, HealthResponse)
+
+    def stats(self) -> StatsResponse:
+        return self._request("GET", "/stats", None, StatsResponse)
+
+    def summarise(self, trajectories: Sequence[TrajectoryIn | dict[str, Any]], *, include_failures: bool = False,
+                  min_score: float = 0.0) -> SummariseResponse:
+        """Send trajectories (wire models or dicts with env, task_id, messages, reward, success) to be summarised."""
+        trajs = [t if isinstance(t, TrajectoryIn) else TrajectoryIn.model_validate(t) for t in trajectories]
+        body = SummariseRequest(trajectories=trajs, include_failures=include_failures, min_score=min_score)
+        return self._request("POST", "/summarise", body, SummariseResponse)
+
+    def add(self, records: Sequence[ExperienceRecord]) -> AddResponse:
+        """Store already summarised experiences."""
+        body = AddRequest(experiences=[ExperienceIn(**r.to_dict()) for r in records])
+        return self._request("POST", "/experiences", body, AddResponse)
+
+    def retrieve(self, query: str, *, env: str | None = None, k: int = 3,
+                 min_score: float | None = None) -> list[RetrievedExperience]:
+        body = RetrieveRequest(query=query, env=env, k=k, min_score=min_score)
+        return self._request("POST", "/retrieve", body, RetrieveResponse).experiences
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "ExperienceClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

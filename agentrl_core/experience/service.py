@@ -1,0 +1,177 @@
+"""The experience pool service: one FastAPI app over an ExperienceStore, run as its own process.
+
+Routes: POST /summarise (trajectories -> rule-based experiences stored; counts back), POST
+/experiences (already summarised experiences, e.g. by a model), POST /retrieve (query text, env,
+k -> experiences with cosine similarity), GET /stats, GET /health. Failures are real HTTP codes
+with an ErrorResponse body: 422 for a malformed request, 400 for a well-formed one that cannot be
+served (e.g. a trajectory without a user message), 500 otherwise. The embedding model is loaded
+on the first request that needs it.
+
+Run: `python -m agentrl_core.experience.service --host 127.0.0.1 --port 8001 --db sqlite:///experience.db`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agentrl_core.experience.store import Embed, ExperienceStore, safe_url
+from agentrl_core.experience.summarise import ExperienceRecord, summarise_trajectory
+from agentrl_core.experience.wire import (
+    AddRequest,
+    AddResponse,
+    ErrorResponse,
+    HealthResponse,
+    RetrievedExperience,
+    RetrieveRequest,
+    RetrieveResponse,
+    StatsResponse,
+    SummariseRequest,
+    SummariseResponse,
+)
+
+log = logging.getLogger(__name__)
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.summarised = 0
+        self.retrievals = 0
+
+
+def create_app(db_url: str, embed: Embed | None = None) -> FastAPI:
+    """The app over a store at `db_url`; `embed` defaults to the MiniLM embedder (loaded lazily)."""
+    if embed is None:
+        from agentrl_core.experience.embed import MiniLMEmbedder
+
+        embed = MiniLMEmbedder()
+    store = ExperienceStore(db_url, embed)
+    counters = _Counters()
+    app = FastAPI(title="agentrl experience pool")
+    _install_error_handlers(app)
+    _routes(app, store, counters, embed)
+    app.state.store = store
+    return app
+
+
+def _summarise(store: ExperienceStore, body: SummariseRequest) -> SummariseResponse:
+    records: list[ExperienceRecord] = []
+    for i, traj in enumerate(body.trajectories):
+        try:
+            rec = summarise_trajectory(traj, include_failures=body.include_failures, min_score=body.min_score)
+        except ValueError as err:
+            raise _BadRequest(f"trajectories[{i}]: {err}") from None
+        if rec is not None:
+            records.append(rec)
+    added, duplicates = store.add(records)
+    return SummariseResponse(received=len(body.trajectories), added=added, duplicates=duplicates,
+                             skipped=len(body.trajectories) - len(records))
+
+
+def _routes(app: FastAPI, store: ExperienceStore, counters: _Counters, embed: Embed) -> None:
+    # plain `def` handlers: FastAPI runs them in its thread pool, so embedding never blocks the loop
+    @app.get("/health")
+    def health() -> HealthResponse:
+        return HealthResponse(experiences=len(store))
+
+    @app.get("/stats")
+    def stats() -> StatsResponse:
+        return StatsResponse(experiences=len(store), by_env=store.counts_by_env(), summarised=counters.summarised,
+                             retrievals=counters.retrievals, embedded_texts=int(getattr(embed, "computed", 0)),
+                             db=safe_url(store.url))
+
+    @app.post("/summarise")
+    def summarise(body: SummariseRequest) -> SummariseResponse:
+        out = _summarise(store, body)
+        counters.summarised += len(body.trajectories)
+        return out
+
+    @app.post("/experiences")
+    def add(body: AddRequest) -> AddResponse:
+        records = [ExperienceRecord(e.env, e.task_id, e.when_to_use, e.content, e.score) for e in body.experiences]
+        added, duplicates = store.add(records)
+        return AddResponse(added=added, duplicates=duplicates)
+
+    @app.post("/retrieve")
+    def retrieve(body: RetrieveRequest) -> RetrieveResponse:
+        hits = store.retrieve(body.query, body.k, body.env, body.min_score)
+        counters.retrievals += 1
+        return RetrieveResponse(experiences=[
+            RetrievedExperience(id=h.id, env=h.record.env, task_id=h.record.task_id, when_to_use=h.record.when_to_use,
+                                content=h.record.content, score=h.record.score, similarity=h.similarity)
+            for h in hits])
+
+
+class _BadRequest(Exception):
+    """A well-formed request the pool cannot serve (HTTP 400)."""
+
+
+def _error(status: int, error: str, detail: str) -> JSONResponse:
+    return JSONResponse(ErrorResponse(error=error, detail=detail).model_dump(), status_code=status)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def bad_request(_: Request, exc: Exception) -> JSONResponse:
+        return _error(400, "BadRequest", str(exc))
+
+    async def invalid(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
+        return _error(422, "InvalidRequest", "; ".join(parts) or "invalid request")
+
+    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        return _error(exc.status_code, "NotFound" if exc.status_code == 404 else "HTTPError", str(exc.detail))
+
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected experience pool error")
+        return _error(500, "ExperiencePoolError", f"{type(exc).__name__}: {exc}")
+
+    app.add_exception_handler(_BadRequest, bad_request)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m agentrl_core.experience.service",
+                                description="Serve the agentrl experience pool over HTTP.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
+    p.add_argument("--db", default="sqlite:///experience.db", help="SQLAlchemy URL of the store")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)  # the launcher learns the port here
+    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it dies
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: a bad database URL or a taken port exits with code 2."""
+    from sqlalchemy.exc import ArgumentError, OperationalError
+
+    from agentrl_core.envs.errors import ServerStartError
+    from agentrl_core.envs.server import exit_with_parent, run_app
+
+    args = _parse_args(argv)
+    if args.parent_pid:
+        exit_with_parent(args.parent_pid)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        app: Any = create_app(args.db)
+        run_app(app, args.host, args.port, log_level=args.log_level, port_file=args.port_file,
+                banner=f"agentrl experience pool ({safe_url(args.db)}) on http://{{}}")
+    except (ArgumentError, OperationalError, ServerStartError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

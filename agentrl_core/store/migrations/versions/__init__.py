@@ -1,0 +1,1 @@
+"""Alembic revision scripts of the run registry, oldest first by `down_revision`."""

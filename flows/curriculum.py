@@ -1,0 +1,58 @@
+"""The staged-curriculum pipeline (BFCL stage 1 → 2 → 3): each stage a cached task, then evaluation."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from agentrl_core.curriculum import (CurriculumConfig, export_dir, export_is_complete, load_curriculum,
+                                     model_fingerprint, stage_recipe)
+from agentrl_core.errors import ConfigError
+from tasks.curriculum import curriculum_stage
+from tasks.env_server import env_server
+from tasks.records import record_eval, record_export, record_stage, run_record
+from tasks.report import report
+from tasks.stages import evaluate, import_model
+
+
+def _resolve(curriculum: CurriculumConfig | None, curriculum_file: str | None) -> CurriculumConfig:
+    if curriculum is not None and curriculum_file:
+        raise ConfigError("give either curriculum or curriculum_file, not both")
+    return curriculum if curriculum is not None else load_curriculum(curriculum_file or "bfcl")
+
+
+@flow(name="curriculum", log_prints=True, validate_parameters=True)
+def curriculum(curriculum: CurriculumConfig | None = None, curriculum_file: str | None = None,
+               overrides: list[str] | None = None) -> dict:
+    """Train the stages in order, each from the previous stage's export; evaluate base and every stage.
+
+    `curriculum_file` is a name in recipes/curricula/ (default `bfcl`) or a YAML path; `overrides`
+    (dotted KEY=VALUE) apply to every stage, after the stage's own. Re-running after a failure
+    skips the completed stages (cached) and resumes the failed one from its last checkpoint.
+    """
+    cur = _resolve(curriculum, curriculum_file)
+    recipes = [stage_recipe(cur, i, overrides or []) for i in range(len(cur.stages))]
+    run_id = run_record(recipes[-1], "curriculum")
+    init = base = import_model(recipes[0].model.name)
+    stages, exports = [], {}
+    for index, (spec, recipe) in enumerate(zip(cur.stages, recipes)):
+        done = export_is_complete(export_dir(recipe, spec.name))
+        stage_task = curriculum_stage if done else curriculum_stage.with_options(refresh_cache=True)
+        state = stage_task(recipe, spec.name, init, model_fingerprint(init), return_state=True)
+        outcome = state.result()
+        cached = state.name == "Cached"
+        get_run_logger().info("%s: %s (export %s)", spec.name, "cached, skipped" if cached else "trained",
+                              outcome["export"])
+        record_stage(recipe, run_id, spec.name, index, outcome, recipe.run_dir / spec.name)
+        exports[spec.name] = record_export(recipe, run_id, spec.name, outcome["export"])
+        stages.append({**outcome, "cached": cached})
+        init = outcome["export"]
+    last = recipes[-1]
+    evals: dict[str, dict] = {}
+    if cur.evaluate and last.eval.enabled:
+        with env_server(last.env) as url:
+            for label, model in {"base": base, **{s["name"]: s["export"] for s in stages}}.items():
+                evals[label] = evaluate(last, label, model, url)
+                record_eval(last, run_id, label, exports.get(label, model), evals[label])
+    summary = report(str(last.run_dir), evals, {s["name"]: str(last.run_dir / s["name"]) for s in stages},
+                     {s["name"]: s["export"] for s in stages})
+    return {"run_dir": str(last.run_dir), "stages": stages, "evals": evals, "report": summary}

@@ -1,0 +1,36 @@
+"""Batch and nightly evaluation: checkpoints × environments × seeds, idempotent through the run registry."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from prefect import flow, get_run_logger
+
+from agentrl_core.config import EngineConfig
+from agentrl_core.evaluation.batch import EvalGrid
+from tasks.env_server import env_servers
+from tasks.evaluation import evaluate_grid, find_pending, publish_leaderboard
+
+
+@flow(name="batch-eval", log_prints=True, validate_parameters=True)
+def batch_eval(grid: EvalGrid, registry_url: str | None = None, root: str = "runs",
+               report_dir: str = "runs/leaderboard") -> dict:
+    """Evaluate `grid` (what the registry already holds is skipped), then publish the leaderboard and plots."""
+    with env_servers(grid.envs) as url:
+        new = evaluate_grid(grid, registry_url, root, url)
+    board = publish_leaderboard(registry_url, root, grid.envs, report_dir)
+    return {"evaluated": new, "leaderboard": board}
+
+
+@flow(name="nightly-eval", log_prints=True, validate_parameters=True)
+def nightly_eval(envs: list[str] = ["household"], seeds: list[int] = [0], k: int = 1, n_tasks: int = 16,  # noqa: B006
+                 max_turns: int = 8, engine: Literal["hf", "vllm", "openai"] = "hf", registry_url: str | None = None,
+                 root: str = "runs", report_dir: str = "runs/leaderboard") -> dict:
+    """Evaluate every exported checkpoint in the registry that misses an evaluation (scheduled at 02:00)."""
+    pending = find_pending(registry_url, root, envs, seeds, k, "test", engine)
+    if not pending:
+        get_run_logger().info("nothing new to evaluate")
+        return {"evaluated": [], "leaderboard": publish_leaderboard(registry_url, root, envs, report_dir)}
+    grid = EvalGrid(checkpoints=pending, envs=envs, seeds=seeds, k=k, n_tasks=n_tasks, max_turns=max_turns,
+                    engine=EngineConfig(kind=engine))
+    return batch_eval(grid, registry_url, root, report_dir)

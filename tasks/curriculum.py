@@ -1,0 +1,26 @@
+"""The curriculum stage task: cached and persisted, so a re-run skips the stages that completed."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import INPUTS, TASK_SOURCE
+
+from agentrl_core.config import RecipeConfig
+from agentrl_core.curriculum import run_stage
+from tasks.gpu import stage_gpus
+from tasks.stages import TRANSIENT, _progress_callback
+
+# The key: the stage's recipe, its name, its starting model and that model's fingerprint, and this
+# task's source. A stage that failed has no cache record, so a re-run trains it again — resuming
+# from its own last checkpoint (train_grpo resumes automatically).
+STAGE_CACHE = INPUTS + TASK_SOURCE
+
+
+@task(name="curriculum-stage", cache_policy=STAGE_CACHE, persist_result=True, **TRANSIENT)
+def curriculum_stage(recipe: RecipeConfig, name: str, init_model: str, init_fingerprint: str) -> dict:
+    """Train stage `name` with GRPO from `init_model` and export it; returns the StageOutcome as a dict."""
+    del init_fingerprint  # part of the cache key only
+    with stage_gpus(recipe):
+        outcome = run_stage(recipe, name, init_model,
+                            on_step=_progress_callback(f"{name}-progress", f"{name} GRPO steps"))
+    return outcome.to_dict()

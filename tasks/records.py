@@ -1,0 +1,120 @@
+"""Tasks that keep the run registry (SQL) and object storage up to date as a flow runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import get_run_logger, runtime, task
+
+from agentrl_core.config import RecipeConfig, dump
+from agentrl_core.store import open_registry
+
+QUICK = {"retries": 2, "retry_delay_seconds": 2}
+
+
+def aws_block_credentials(recipe: RecipeConfig) -> dict[str, str | None]:
+    """Credentials from the Prefect `AwsCredentials` block named in store.aws_credentials_block
+    (prefect-aws), or none: boto3 then reads the usual AWS settings (environment, ~/.aws)."""
+    name = recipe.store.aws_credentials_block
+    if not name:
+        return {}
+    try:
+        from prefect_aws import AwsCredentials
+    except ImportError:
+        raise RuntimeError(f"store.aws_credentials_block={name!r} needs prefect-aws: pip install prefect-aws") from None
+    block = AwsCredentials.load(name)
+    secret = block.aws_secret_access_key
+    return {"aws_access_key_id": block.aws_access_key_id,
+            "aws_secret_access_key": secret.get_secret_value() if secret is not None else None,
+            "aws_session_token": block.aws_session_token, "profile_name": block.profile_name}
+
+
+def _registry(recipe: RecipeConfig):
+    return open_registry(recipe.store.registry_url, Path(recipe.run.root))
+
+
+@task(name="registry-run", **QUICK)
+def run_record(recipe: RecipeConfig, kind: str) -> int:
+    """Register (or re-open) the run under its name; returns its id."""
+    reg = _registry(recipe)
+    try:
+        return reg.ensure_run(recipe.run.name, recipe={"kind": kind, **dump(recipe)},
+                              flow_run_id=str(runtime.flow_run.id) if runtime.flow_run.id else None)
+    finally:
+        reg.close()
+
+
+@task(name="registry-run-status", **QUICK)
+def finish_run(recipe: RecipeConfig, run_id: int, status: str) -> None:
+    """Mark the run completed or failed."""
+    reg = _registry(recipe)
+    try:
+        reg.set_run_status(run_id, status)
+    finally:
+        reg.close()
+
+
+@task(name="registry-stage", **QUICK)
+def record_stage(recipe: RecipeConfig, run_id: int, name: str, index: int, outcome: dict, stage_dir: Path) -> None:
+    """Record a finished stage, its last checkpoint and its per-step metrics."""
+    from agentrl_core.store.metrics_import import import_stage_metrics
+
+    reg = _registry(recipe)
+    try:
+        stage_id = reg.ensure_stage(run_id, name, index)
+        reg.add_checkpoint(run_id, stage=name, step=int(outcome.get("steps", 0)), uri=str(outcome["checkpoint"]),
+                           kind="train")
+        import_stage_metrics(reg, run_id, name, Path(stage_dir))
+        reg.set_stage_status(stage_id, "completed", checkpoint_uri=str(outcome["checkpoint"]))
+    finally:
+        reg.close()
+
+
+@task(name="publish-export", **QUICK)
+def record_export(recipe: RecipeConfig, run_id: int, stage: str, export: str) -> str:
+    """Copy an exported HF folder to object storage when one is configured, and register it.
+
+    Returns the checkpoint's URI: the local folder, or s3://… when `store.storage` is set.
+    """
+    import json
+
+    from agentrl_core.checkpoints.atomic import MARKER
+    from agentrl_core.checkpoints.storage import storage_from_config
+
+    uri = str(Path(export).resolve())
+    if recipe.store.storage:
+        storage = storage_from_config(recipe.store, root=Path(recipe.run.root), **aws_block_credentials(recipe))
+        uri = storage.put_dir(Path(export), f"{recipe.run.name}/export/{stage}")
+        get_run_logger().info("uploaded %s export to %s", stage, uri)
+    step = int(json.loads((Path(export) / MARKER).read_text()).get("step", 0))
+    reg = _registry(recipe)
+    try:
+        reg.add_checkpoint(run_id, stage=stage, step=step, uri=uri, kind="hf", meta={"local": str(export)})
+    finally:
+        reg.close()
+    return uri
+
+
+def _pass_at(table: dict | float | None, k: int) -> float | None:
+    """pass@k at the record's k from EvalSummary's {k: value} table (JSON makes its keys strings)."""
+    if table is None or isinstance(table, (int, float)):
+        return table
+    value = table.get(str(k), table.get(k))
+    return None if value is None else float(value)
+
+
+@task(name="registry-eval", **QUICK)
+def record_eval(recipe: RecipeConfig, run_id: int, label: str, checkpoint_uri: str, summary: dict) -> None:
+    """Store one evaluation summary (the flow's held-out evaluation) against its checkpoint."""
+    from agentrl_core.store import EvalRecord
+
+    reg = _registry(recipe)
+    try:
+        reg.add_eval(EvalRecord(checkpoint_uri=str(checkpoint_uri), env=recipe.env.name, split="test",
+                                seed=recipe.eval.seed, k=recipe.eval.k, engine=recipe.rollout.engine.kind,
+                                n_tasks=int(summary["n_tasks"]), success_rate=float(summary["success_rate"]),
+                                pass_at_k=_pass_at(summary.get("pass_at_k"), recipe.eval.k),
+                                reward_mean=summary.get("mean_reward"),
+                                metrics={"label": label, **summary}, run=recipe.run.name, step=None))
+    finally:
+        reg.close()
