@@ -444,9 +444,10 @@ class RecipeConfig(Section):
 
     @model_validator(mode="after")
     def _check_names(self) -> "RecipeConfig":
-        from agentrl_core.config_checks import check_registered_names
+        from agentrl_core.config_checks import check_combinations, check_registered_names
 
         check_registered_names(self)
+        check_combinations(self)
         return self
 
 

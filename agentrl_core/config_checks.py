@@ -45,3 +45,21 @@ def check_registered_names(cfg: "RecipeConfig") -> None:
     _check_in("algorithm.policy_loss", cfg.algorithm.policy_loss, list(algorithms.POLICY_LOSSES))
     _check_in("algorithm.loss_agg_mode", cfg.algorithm.loss_agg_mode, list(algorithms.AGGREGATIONS))
     _check_in("algorithm.kl_estimator", cfg.algorithm.kl_estimator, list(algorithms.KL_ESTIMATORS))
+
+
+def check_combinations(cfg: "RecipeConfig") -> None:
+    """Fail at construction on settings that cannot run together (instead of mid-run)."""
+    if cfg.algorithm.r3l_retry and cfg.experience.enabled:
+        raise ConfigError("experience.enabled cannot be combined with algorithm.r3l_retry yet: R3L replays an attempt "
+                          "by comparing its first message (which would hold the experience block) with a fresh "
+                          "reset; set one of them to false")
+    if cfg.distributed.backend == "ray":
+        unsupported = {"model.lora.enabled": cfg.model.lora.enabled,
+                       "algorithm.dynamic_sampling": cfg.algorithm.dynamic_sampling,
+                       "algorithm.r3l_retry": cfg.algorithm.r3l_retry, "experience.enabled": cfg.experience.enabled,
+                       "trainer.backend=deepspeed": cfg.trainer.backend == "deepspeed",
+                       f"rollout.engine.kind={cfg.rollout.engine.kind}": cfg.rollout.engine.kind != "hf"}
+        for name, on in unsupported.items():
+            if on:
+                raise ConfigError(f"{name} is not supported with distributed.backend=ray yet (the Ray workers run "
+                                  "plain HF rollouts and a torch trainer); use distributed.backend=local or turn it off")

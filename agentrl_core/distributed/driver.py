@@ -18,7 +18,8 @@ from agentrl_core.distributed.placement import (
 from agentrl_core.distributed.rollout_pool import RolloutPool, WorkersDied
 from agentrl_core.distributed.trainer_worker import remote_trainer_worker
 from agentrl_core.envs import EnvClient
-from agentrl_core.errors import AgentRLError, ConfigError
+from agentrl_core.config_checks import check_combinations
+from agentrl_core.errors import AgentRLError
 from agentrl_core.rollout import EpisodeSpec, Trajectory, write_trajectories
 from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.training.grpo import StepCallback, rollout_metrics, round_specs, step_tasks, usable_trajectories
@@ -39,7 +40,7 @@ class TrainerDied(AgentRLError):
 def train_grpo_ray(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: Path | None = None,
                    on_step: StepCallback | None = None) -> StageResult:
     """Run (or resume) the GRPO stage to `trainer.steps` on Ray; the same files and metrics as train_grpo."""
-    _check_supported(cfg)
+    check_combinations(cfg)  # a config built without validation (model_construct) is checked here too
     stage_dir = stage_dir or cfg.run_dir / "grpo"
     plan = plan_placement(cfg.distributed)
     with ray_runtime(cfg.distributed, plan.cpus):
@@ -120,20 +121,6 @@ def rollout_with_retries(pool: RolloutPool, specs: Sequence[EpisodeSpec], seed: 
     raise RolloutRetriesExhausted(
         f"step {step + 1}: rollout workers died in all {max_retries + 1} attempts; see the errors above (out of "
         "memory? a crashing env?), raise distributed.max_step_retries, or resume the run from its last checkpoint")
-
-
-def _check_supported(cfg: RecipeConfig) -> None:
-    if cfg.model.lora.enabled:
-        raise ConfigError("model.lora.enabled is not supported with distributed.backend=ray yet (the rollout "
-                          "workers would need the merged adapter); use distributed.backend=local")
-    unsupported = {"algorithm.dynamic_sampling": cfg.algorithm.dynamic_sampling,
-                   "algorithm.r3l_retry": cfg.algorithm.r3l_retry, "experience.enabled": cfg.experience.enabled,
-                   "trainer.backend=deepspeed": cfg.trainer.backend == "deepspeed",
-                   "rollout.engine.kind=" + cfg.rollout.engine.kind: cfg.rollout.engine.kind != "hf"}
-    for name, on in unsupported.items():
-        if on:
-            raise ConfigError(f"{name} is not supported with distributed.backend=ray yet (the rollout workers run "
-                              "plain HF rounds); use distributed.backend=local or turn it off")
 
 
 def _release(trainer: Any, pool: RolloutPool | None, *groups: Any) -> None:

@@ -76,13 +76,18 @@ class ServerProcess:
     def __repr__(self) -> str:
         return f"ServerProcess(url={self.url!r}, pid={self.pid}, alive={self.alive})"
 
-    def wait_ready(self, port_file: Path, requested_port: int, timeout: float) -> None:
-        """Block until /health answers; ServerStartError with the log tail if it dies or times out."""
+    def wait_ready(self, port_file: Path, requested_port: int, timeout: float, *, what: str = "env server",
+                   error: type[Exception] = ServerStartError) -> None:
+        """Block until /health answers; `error` with the log tail if it dies or times out.
+
+        The server writes its port to `port_file` once bound (port 0 picks a free one); any of our
+        servers (env server, experience pool, OpenAI-compatible model server) starts this way.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive:
-                raise ServerStartError(
-                    f"env server (port {requested_port or 'auto'}) exited during startup with code "
+                raise error(
+                    f"{what} (port {requested_port or 'auto'}) exited during startup with code "
                     f"{self.proc.returncode}; its output ends with:\n{self.log_tail()}"
                 )
             if self.port is None and port_file.exists():
@@ -90,9 +95,7 @@ class ServerProcess:
             if self.port is not None and _healthy(self.url):
                 return
             time.sleep(0.05)
-        raise ServerStartError(
-            f"env server did not answer /health within {timeout:g} s; its output ends with:\n{self.log_tail()}"
-        )
+        raise error(f"{what} did not answer /health within {timeout:g} s; its output ends with:\n{self.log_tail()}")
 
 
 def _healthy(url: str) -> bool:

@@ -6,36 +6,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
-import httpx
 
+from agentrl_core.config import RecipeConfig
 from agentrl_core.envs.launcher import ServerProcess
 from agentrl_core.experience.errors import ExperienceStartError
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _wait_ready(server: ServerProcess, port_file: Path, timeout: float) -> None:
-    """Block until /health answers; ExperienceStartError with the log tail if it dies or times out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not server.alive:
-            raise ExperienceStartError(f"experience pool exited during startup with code {server.proc.returncode}; "
-                                       f"its output ends with:\n{server.log_tail()}")
-        if server.port is None and port_file.exists():
-            server.port = int(port_file.read_text())
-        if server.port is not None and _healthy(server.url):
-            return
-        time.sleep(0.05)
-    raise ExperienceStartError(f"experience pool did not answer /health within {timeout:g} s; "
-                               f"its output ends with:\n{server.log_tail()}")
 
 
 def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | None = None, *,
@@ -57,8 +35,22 @@ def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | Non
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env)
     server = ServerProcess(proc, host, workdir)
     try:
-        _wait_ready(server, port_file, startup_timeout)
+        server.wait_ready(port_file, port or 0, startup_timeout, what="experience pool", error=ExperienceStartError)
     except BaseException:
         server.stop()
         raise
     return server
+
+
+@contextmanager
+def experience_for(cfg: RecipeConfig, db_dir: Path) -> Iterator[RecipeConfig]:
+    """`cfg` with experience.url set: as configured, or a pool started here (SQLite in `db_dir`, or
+    experience.db_url) and stopped after; `cfg` unchanged when the pool is off. Flows start the
+    pool themselves (visible as tasks); this covers library callers of train_grpo."""
+    if not cfg.experience.enabled or cfg.experience.url:
+        yield cfg
+        return
+    db_dir.mkdir(parents=True, exist_ok=True)
+    db_url = cfg.experience.db_url or f"sqlite:///{(db_dir / 'experience.db').resolve()}"
+    with launch_experience_pool(db_url) as pool:
+        yield cfg.model_copy(update={"experience": cfg.experience.model_copy(update={"url": pool.url})})

@@ -34,10 +34,6 @@ def experience_specs(specs: Sequence[EpisodeSpec], env_factory: Callable[[], Any
     """The specs with retrieved experience as `context` for the chosen samples (mode "mixed":
     rollout_ratio of each group; "all": every sample). The query of a task is its first observation."""
     ecfg = cfg.experience
-    if cfg.algorithm.r3l_retry:
-        raise ConfigError("experience.enabled cannot be combined with algorithm.r3l_retry yet: R3L replays an attempt "
-                          "by comparing its first message (which would hold the experience block) with a fresh "
-                          "reset; set one of them to false")
     ratio = 1.0 if ecfg.mode == "all" else ecfg.rollout_ratio
     chosen = choose_samples(specs, ratio, seed=cfg.trainer.seed * 7_919 + step * 104_729 + round_)
     tasks = sorted({s.task_id for s, c in zip(specs, chosen) if c})

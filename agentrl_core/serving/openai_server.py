@@ -478,33 +478,12 @@ def launch_openai_server(
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
     server = ServerProcess(proc, host, workdir)
     try:
-        _wait_ready(server, port_file, startup_timeout)
+        server.wait_ready(port_file, port or 0, startup_timeout, what="the OpenAI server",
+                          error=OpenAIServerStartError)
     except BaseException:
         server.stop()
         raise
     return server
-
-
-def _wait_ready(server: ServerProcess, port_file: Path, timeout: float) -> None:
-    """Block until /health answers; OpenAIServerStartError with the log tail if it dies or times out."""
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not server.alive:
-            raise OpenAIServerStartError(f"the OpenAI server exited during startup with code "
-                                         f"{server.proc.returncode}; its output ends with:\n{server.log_tail()}")
-        if server.port is None and port_file.exists():
-            server.port = int(port_file.read_text())
-        if server.port is not None:
-            try:
-                if httpx.get(f"{server.url}/health", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.1)
-    raise OpenAIServerStartError(f"the OpenAI server did not answer /health within {timeout:g} s; its output "
-                                 f"ends with:\n{server.log_tail()}")
 
 
 if __name__ == "__main__":

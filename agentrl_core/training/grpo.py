@@ -13,6 +13,7 @@ from agentrl_core import algorithms as alg
 from agentrl_core.config import RecipeConfig
 from agentrl_core.errors import ConfigError
 from agentrl_core.envs import EnvClient, RemoteEnv
+from agentrl_core.experience.launcher import experience_for
 from agentrl_core.experience.rollout_hooks import experience_after_rollout, experience_specs
 from agentrl_core.models import load_model
 from agentrl_core.models.chat import ChatFormat
@@ -209,6 +210,13 @@ def train_grpo(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: 
 
         return train_grpo_ray(cfg, init_model=init_model, env_url=env_url, stage_dir=stage_dir, on_step=on_step)
     stage_dir = stage_dir or cfg.run_dir / "grpo"
+    with experience_for(cfg, stage_dir.parent) as cfg:  # the pool, when on and not already running
+        return _train_local(cfg, init_model, env_url, stage_dir, on_step)
+
+
+def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: Path,
+                 on_step: StepCallback | None) -> StageResult:
+    """The GRPO loop in this process: rollout, update, log, checkpoint, from the session's start step."""
     torch.manual_seed(cfg.trainer.seed)
     session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.trainer.steps, resume=cfg.trainer.resume,
                            dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,

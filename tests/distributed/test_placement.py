@@ -79,3 +79,12 @@ def test_config_rejects_unknown_distributed_keys_and_bad_values() -> None:
         DistributedConfig(rollout_worker=2)
     with pytest.raises(ValueError):
         DistributedConfig(rollout_workers=0)
+
+
+@pytest.mark.parametrize("setting", [{"model": {"lora": {"enabled": True}}}, {"algorithm": {"dynamic_sampling": True}},
+                                     {"trainer": {"backend": "deepspeed"}}, {"rollout": {"engine": {"kind": "vllm"}}}])
+def test_settings_the_ray_backend_cannot_run_are_refused_when_the_recipe_is_built(setting):
+    from agentrl_core.config import RecipeConfig
+
+    with pytest.raises((ConfigError, ValueError), match="not supported with distributed.backend=ray"):
+        RecipeConfig(distributed={"backend": "ray"}, **setting)

@@ -153,10 +153,11 @@ def test_missing_env_url_fails_before_any_work(tmp_path, registry_with, checkpoi
         run_grid(grid_of(checkpoints), registry_with(tmp_path, checkpoints), {"maze": "http://127.0.0.1:1"})
 
 
-def test_remote_checkpoints_must_be_fetched_first():
+def test_checkpoint_uris_resolve_to_local_folders_or_are_refused():
+    # s3:// is downloaded (tests/flows/test_eval_flows.py does it against moto); other schemes are refused
     assert local_model_path("file:///a/b") == "/a/b" and local_model_path("/a/b") == "/a/b"
-    with pytest.raises(ValueError, match="not local"):
-        local_model_path("s3://bucket/ckpt")
+    with pytest.raises(ValueError, match="only local paths, file:// and s3://"):
+        local_model_path("gs://bucket/ckpt")
 
 
 def test_pending_checkpoints_lists_only_exported_ones_not_fully_evaluated(tmp_path, new_registry):
