@@ -301,14 +301,29 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m agentrl_core.envs.server", description="Serve agentrl environments over HTTP."
-    )
+def add_server_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments every agentrl server process takes: bind address, port, log level, and the two
+    its launcher passes (where to write the bound port, which parent to die with)."""
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
-    p.add_argument("--envs", default="", help="comma-separated env names (default: all registered)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)  # the launcher learns the port here
+    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it dies
+    return p
+
+
+def start_server_process(args: argparse.Namespace) -> None:
+    """A server process's start: exit with the launcher (when given) and log at the asked level."""
+    if args.parent_pid:
+        exit_with_parent(args.parent_pid)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = add_server_args(argparse.ArgumentParser(
+        prog="python -m agentrl_core.envs.server", description="Serve agentrl environments over HTTP."
+    ))
+    p.add_argument("--envs", default="", help="comma-separated env names (default: all registered)")
     p.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, help="most live sessions (then HTTP 429)")
     p.add_argument(
         "--session-ttl", type=float, default=DEFAULT_SESSION_TTL_S, help="seconds before an idle session is closed"
@@ -319,8 +334,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--env-kwargs", default="{}", help='JSON: constructor kwargs per env, e.g. {"household": {"max_steps": 16}}'
     )
-    p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)  # launch_server learns the port here
-    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it dies
     return p.parse_args(argv)
 
 
@@ -382,9 +395,7 @@ def exit_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: parse, then `serve`; a bad env name or a taken port exits with code 2."""
     args = _parse_args(argv)
-    if args.parent_pid:
-        exit_with_parent(args.parent_pid)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    start_server_process(args)
     try:
         serve(
             [n.strip() for n in args.envs.split(",") if n.strip()] or None, args.host, args.port,

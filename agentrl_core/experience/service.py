@@ -141,14 +141,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m agentrl_core.experience.service",
-                                description="Serve the agentrl experience pool over HTTP.")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
+    from agentrl_core.envs.server import add_server_args
+
+    p = add_server_args(argparse.ArgumentParser(prog="python -m agentrl_core.experience.service",
+                                                description="Serve the agentrl experience pool over HTTP."))
     p.add_argument("--db", default="sqlite:///experience.db", help="SQLAlchemy URL of the store")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)  # the launcher learns the port here
-    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it dies
     return p.parse_args(argv)
 
 
@@ -157,12 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sqlalchemy.exc import ArgumentError, OperationalError
 
     from agentrl_core.envs.errors import ServerStartError
-    from agentrl_core.envs.server import exit_with_parent, run_app
+    from agentrl_core.envs.server import run_app, start_server_process
 
     args = _parse_args(argv)
-    if args.parent_pid:
-        exit_with_parent(args.parent_pid)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    start_server_process(args)
     try:
         app: Any = create_app(args.db)
         run_app(app, args.host, args.port, log_level=args.log_level, port_file=args.port_file,

@@ -401,30 +401,25 @@ def serve_openai(
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m agentrl_core.serving.openai_server",
-                                description="Serve a model over an OpenAI-compatible HTTP API.")
+    from agentrl_core.envs.server import add_server_args
+
+    p = add_server_args(argparse.ArgumentParser(prog="python -m agentrl_core.serving.openai_server",
+                                                description="Serve a model over an OpenAI-compatible HTTP API."))
     p.add_argument("--model", default="smollm2-135m-instruct", help="model alias, local folder or hub id")
     p.add_argument("--served-model-name", default=None, help="name clients pass as `model` (default: --model)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
     p.add_argument("--api-key", default=None, help=f"require this bearer key (prefer the {API_KEY_ENV} env var)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--max-batch", type=int, default=32, help="most sequences per forward batch")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)  # the launcher learns the port here
-    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it dies
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; a model that cannot be found or a taken port exits with code 2."""
-    from agentrl_core.envs.server import exit_with_parent
+    from agentrl_core.envs.server import start_server_process
 
     args = _parse_args(argv)
-    if args.parent_pid:
-        exit_with_parent(args.parent_pid)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    start_server_process(args)
     try:
         serve_openai(args.model, args.host, args.port, served_model_name=args.served_model_name,
                      api_key=args.api_key or os.environ.get(API_KEY_ENV) or None, dtype=args.dtype,
