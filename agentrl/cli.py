@@ -91,39 +91,88 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _print_evals(evals: dict[str, dict]) -> None:
-    from agentrl_core.evaluation.report import COLUMNS, eval_rows
+    from agentrl_core.evaluation.report import COLUMNS, comparison_lines, eval_rows
 
-    table = Table(*COLUMNS, title="held-out evaluation")
+    table = Table(*COLUMNS, title="held-out evaluation (success with its 95% Wilson interval and n tasks)")
     for row in eval_rows(evals):
         table.add_row(*(str(row[c]) for c in COLUMNS))
     Console().print(table)
+    for line in comparison_lines(evals):
+        Console().print(f"  {line}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from agentrl.prefect_env import configure_local_prefect
+    from agentrl_core import interrupts, lifetime
+    from agentrl_core.config_checks import check_rl_stage
     from agentrl_core.recipes import load_recipe
 
     from agentrl_core.models import resolve_model
 
+    interrupts.install(on_second=lifetime.kill_tracked)  # Ctrl-C/SIGTERM: stop and record; a second: exit now
     recipe = load_recipe(args.recipe, args.overrides)  # fail on a bad recipe before Prefect starts
+    check_rl_stage(recipe)  # the train pipeline has a GRPO stage
     resolve_model(recipe.model.name)  # and on a missing model (an alias is imported once, here)
     configure_local_prefect()
     from flows.train import train
 
+    from agentrl.prefect_server import local_prefect_api
     from agentrl.progress_bars import RichBars
     from agentrl_core import progress
 
     start = time.time()
     console.print(f"[bold]run[/bold] {recipe.run.name} → {recipe.run_dir} (env {recipe.env.name}, model {recipe.model.name})")
-    with RichBars(console) as bars:
-        progress.set_reporter(bars)
-        try:
-            result = train(recipe=recipe)
-        finally:
-            progress.set_reporter(None)
+    try:
+        with local_prefect_api(), RichBars(console) as bars:
+            progress.set_reporter(bars)
+            try:
+                result = train(recipe=recipe)
+            finally:
+                progress.set_reporter(None)
+    except BaseException as exc:
+        if (signum := _interrupt_signal(exc)) is None:
+            raise
+        return _interrupted(args, recipe.run_dir, signum)
     _print_evals(result["evals"])
     console.print(f"report: {result['report']['markdown']}  ({time.time() - start:.0f} s)")
     return 0
+
+
+def _interrupt_signal(exc: BaseException) -> int | None:
+    """The signal behind an interrupted run (Ctrl-C, or SIGTERM through Prefect's TerminationSignal); None otherwise."""
+    import signal
+
+    from agentrl_core.interrupts import Interrupted, requested
+
+    if isinstance(exc, Interrupted):
+        return exc.signum
+    if isinstance(exc, KeyboardInterrupt):
+        return int(signal.SIGINT)
+    if type(exc).__name__ == "TerminationSignal":
+        return int(getattr(exc, "signal", signal.SIGTERM))
+    return requested()
+
+
+def _interrupted(args: argparse.Namespace, run_dir: Path, signum: int) -> int:
+    """Say what was kept and how to resume; the exit code is 128 + the signal."""
+    import shlex
+    import signal
+
+    from agentrl_core.checkpoints.layout import latest_checkpoint
+    from agentrl_core.interrupts import abandoned_alive
+
+    kept = [f"{stage} {path.name} ({path})" for stage in ("sft", "grpo")
+            if (path := latest_checkpoint(run_dir / stage / "checkpoints")) is not None]
+    again = shlex.join(["agentrl", "run", args.recipe, *args.overrides])
+    console.print(f"[yellow]stopped by {signal.Signals(signum).name}[/yellow]; the flow run is recorded Crashed in "
+                  f"Prefect. Last complete checkpoints: {', '.join(kept) or 'none yet'}.\n"
+                  f"Run the same command again to resume from them: {again}", soft_wrap=True)
+    code = 128 + signum
+    if abandoned_alive():  # a worker still inside one long op: do not wait for it in interpreter shutdown
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -131,19 +180,34 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from rich.progress import Progress
 
+    from agentrl_core import interrupts, lifetime
     from agentrl_core.config import EvalConfig, SamplingConfig
     from agentrl_core.envs import launch_server
     from agentrl_core.evaluation.runner import evaluate_model
 
+    interrupts.install(on_second=lifetime.kill_tracked)
     cfg = EvalConfig(k=args.k, seed=args.seed, sampling=SamplingConfig(temperature=args.temperature))
     server_cm = nullcontext(None) if args.env_url else launch_server([args.env])
     with server_cm as server, Progress(console=console) as progress:
         bar = progress.add_task(f"evaluating {args.model}", total=args.k * args.max_turns)
-        summary = evaluate_model(args.model, env_name=args.env, env_url=args.env_url or server.url, cfg=cfg,
-                                 n_tasks=args.tasks, max_turns=args.max_turns,
-                                 on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
+        summary = interrupts.run_interruptible(  # Ctrl-C stops it within seconds
+            evaluate_model, args.model, env_name=args.env, env_url=args.env_url or server.url, cfg=cfg,
+            n_tasks=args.tasks, max_turns=args.max_turns, autocast=_compute_dtype(args.model, args.compute_dtype),
+            on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
     _print_evals({args.model: summary.to_dict()})
     return 0
+
+
+def _compute_dtype(model: str, setting: str) -> str:
+    """`setting`, or (auto) what is fastest on this machine for `model` (measured once, cached), said once."""
+    from agentrl_core.models import resolve_model
+    from agentrl_core.models.compute import choose_compute_dtype
+
+    if setting != "auto":
+        return setting
+    choice = choose_compute_dtype(resolve_model(model))
+    console.print(choice.message())
+    return choice.dtype
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=1234)
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--max-turns", type=int, default=8)
+    s.add_argument("--compute-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="matmul precision; auto: whichever is faster on this machine (measured once, cached)")
     s.set_defaults(fn=cmd_eval)
     return p
 

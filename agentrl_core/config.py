@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agentrl_core.safe_names import SafeName, check_path_text, check_storage_location, path_under
 
 
 class Section(BaseModel):
@@ -43,8 +45,13 @@ class ModelConfig(Section):
     """Model to start from: an alias (`smollm2-135m-instruct`), a local Hugging Face folder, or a hub id."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype for training and rollout (the CPU wants float32)."""
-    compute_dtype: Literal["float32", "bfloat16"] = "float32"
-    """Matmul precision (autocast): bfloat16 over float32 weights is about 2x faster on CPUs with AVX512-BF16."""
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Matmul precision (autocast over the `dtype` weights). auto: decided once per machine by what the
+    hardware supports and a short measurement of this model, then cached (agentrl_core.models.compute);
+    bfloat16 is about 2x faster on CPUs with AVX512-BF16/AMX and several times slower on AVX2-only CPUs."""
+    cpu_threads: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
+    """torch intra-op threads on the CPU. auto: the CPUs this process may use (its affinity mask and a
+    cgroup quota), not torch's default of every physical core of the host."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     lora: LoraConfig = LoraConfig()
@@ -97,9 +104,18 @@ class EnvConfig(Section):
 
 
 class EngineConfig(Section):
-    kind: Literal["hf", "vllm", "openai"] = "hf"
-    """Rollout engine: hf (transformers, in the trainer's process), vllm (GPU extra), or openai (any
-    OpenAI-compatible server at `url`, token-in/token-out)."""
+    kind: Literal["auto", "native", "hf", "vllm", "openai"] = "auto"
+    """Rollout engine: native (agentrl's own: each episode keeps its KV cache across turns, continuous
+    batching, packed forwards; Llama-family models), hf (transformers `generate`, whole history every
+    turn), vllm (GPU extra), or openai (any OpenAI-compatible server at `url`, token-in/token-out).
+    auto = native where it supports the model (and the trainer is not DeepSpeed), else hf."""
+    kv_cache_mb: int | None = Field(None, ge=1)
+    """native: memory for kept KV caches; when full, idle episodes' caches are evicted (and prefilled
+    again if they come back), and new episodes wait. None = 2048 MiB, or a quarter of the available
+    memory if that is less."""
+    max_step_tokens: int = Field(2048, ge=16)
+    """native: most tokens in one forward pass (one per decoding episode plus prefill chunks); a longer
+    prompt is prefilled over several steps."""
     url: str | None = None
     """Base URL of the OpenAI-compatible server (kind=openai), e.g. http://127.0.0.1:8001/v1."""
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)
@@ -118,8 +134,9 @@ class EngineConfig(Section):
     enforce_eager: bool = False
     """vllm: skip CUDA-graph capture (starts faster, decodes slower)."""
     max_batch: int | None = Field(None, ge=1)
-    """Prompts per generate call (chunk c of a call uses seed + c); None = the engine's default
-    (hf and openai 32, vllm all at once: it schedules its own batches)."""
+    """hf/openai: prompts per generate call (chunk c of a call uses seed + c); native: most sequences
+    generating at once; None = the engine's default (hf and openai 32, native as many as the KV cache
+    holds, vllm all at once: it schedules its own batches)."""
 
 
 class DistributedConfig(Section):
@@ -224,7 +241,7 @@ class StoreConfig(Section):
             raise ValueError("registry_url must be a SQLAlchemy URL of SQLite or PostgreSQL, e.g. "
                              "sqlite:////abs/path/registry.db or postgresql+psycopg://user@host:5432/db")
         return url
-    storage: str | None = None
+    storage: Annotated[str | None, AfterValidator(check_storage_location)] = None
     """Where checkpoints, datasets and reports are copied: None = the local run folder only; an
     s3://bucket/prefix URI uploads them through boto3 (the usual AWS settings or a Prefect block)."""
     s3_endpoint_url: str | None = None
@@ -336,7 +353,15 @@ class OptimConfig(Section):
     weight_decay: float = Field(0.0, ge=0.0)
     """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW betas."""
+    """AdamW betas, each in [0, 1)."""
+
+    @field_validator("betas")
+    @classmethod
+    def _check_betas(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"betas must both be in [0, 1) (AdamW's moment decay rates), got {list(betas)}; "
+                             "the usual value is [0.9, 0.999]")
+        return betas
     warmup_steps: int = Field(0, ge=0)
     """Linear warm-up steps."""
     schedule: Literal["constant", "cosine", "linear"] = "constant"
@@ -354,16 +379,31 @@ class TrainerConfig(Section):
     """Optimizer of the GRPO stage."""
     ppo_epochs: int = Field(1, ge=1)
     """Optimizer steps per rollout batch (PPO epochs); above 1 the old log-probs are recomputed and clipping acts."""
+    old_logprobs: Literal["recompute", "engine"] = "recompute"
+    """Where the PPO ratio's old log-probs come from. recompute: the policy before the update (with one
+    epoch the current log-probs detached, ratio 1, no extra pass; with more, one no-grad forward over the
+    batch). engine: the rollout engine's own log-probs of the sampled tokens, which cost nothing and are
+    exact for on-policy samples up to numerics (the gap is `rollout_logp_diff`): saves that forward with
+    ppo_epochs > 1, and with one epoch makes the ratio correct for any engine/trainer mismatch."""
     micro_batch_tokens: int = Field(4096, ge=64)
     """Token budget of one micro-batch (padding included); gradients accumulate across them."""
     save_every: int = Field(2, ge=1)
     """Save a checkpoint every N steps (and at the end)."""
     keep_last: int = Field(2, ge=1)
     """Keep only the last N complete checkpoints."""
+    val_every: int = Field(0, ge=0)
+    """Validate every N steps (verl's test_freq): greedy success on `val_tasks` held-out tasks, logged as
+    val/* beside the training metrics (and once before the first step); 0 = off."""
+    val_tasks: int = Field(64, ge=1)
+    """Tasks of the test split used for validation: the ones after the final evaluation's, so choosing the
+    best checkpoint never looks at the tasks it is finally scored on."""
+    export_best: bool = False
+    """Keep the checkpoint with the best validation success (grpo/best/) and export and evaluate it as
+    "grpo-best" beside the last one (needs val_every > 0)."""
     resume: Literal["auto", "never"] = "auto"
     """auto: continue from the last complete checkpoint of this run folder; never: refuse a non-empty one."""
-    seed: int = 0
-    """Seed of sampling and shuffling."""
+    seed: int = Field(0, ge=0, lt=2**32)
+    """Seed of sampling and shuffling (0 to 2**32 - 1: derived per-step seeds must fit torch's 64 bits)."""
     backend: Literal["torch", "deepspeed"] = "torch"
     """torch: plain PyTorch on this process; deepspeed: DeepSpeed ZeRO (GPU extra), see `deepspeed`."""
     deepspeed: DeepSpeedConfig = DeepSpeedConfig()
@@ -396,8 +436,8 @@ class EvalConfig(Section):
     """Evaluate base, SFT and GRPO models at the end."""
     k: int = Field(1, ge=1)
     """Samples per task (pass@k uses all of them)."""
-    seed: int = 1234
-    """Seed of the first sample; sample j uses seed + j."""
+    seed: int = Field(1234, ge=0, lt=2**32)
+    """Seed of the first sample; sample j uses seed + j (0 to 2**32 - 1)."""
     sampling: SamplingConfig = SamplingConfig(temperature=0.0)
     """Sampling for evaluation (temperature 0 = greedy)."""
     batch_size: int = Field(32, ge=1)
@@ -405,10 +445,15 @@ class EvalConfig(Section):
 
 
 class RunConfig(Section):
-    name: str = "demo"
-    """Run name: the run folder is <root>/<name>."""
-    root: Path = Path("runs")
+    name: SafeName = "demo"
+    """Run name: the run folder is <root>/<name>, so one folder name (letters, digits, '.', '_', '-')."""
+    root: Annotated[Path, AfterValidator(check_path_text)] = Path("runs")
     """Folder holding run folders."""
+
+    @model_validator(mode="after")
+    def _run_dir_stays_under_root(self) -> "RunConfig":
+        path_under(self.root, self.name)
+        return self
 
 
 class RecipeConfig(Section):
@@ -444,10 +489,11 @@ class RecipeConfig(Section):
 
     @model_validator(mode="after")
     def _check_names(self) -> "RecipeConfig":
-        from agentrl_core.config_checks import check_combinations, check_registered_names
+        from agentrl_core.config_checks import check_combinations, check_learnable, check_registered_names
 
         check_registered_names(self)
         check_combinations(self)
+        check_learnable(self)
         return self
 
 

@@ -13,17 +13,31 @@ from pydantic import Field, field_validator
 from agentrl_core.checkpoints import export_hf
 from agentrl_core.checkpoints.atomic import is_complete
 from agentrl_core.config import RecipeConfig, Section
+from agentrl_core.config_checks import check_rl_stage
 from agentrl_core.errors import ConfigError
 from agentrl_core.recipes import RECIPES_DIR, apply_override, build_config, load_recipe, parse_override
+from agentrl_core.safe_names import SafeName, path_under
 
 StepCallback = Callable[[int, int, dict[str, float]], None]
 
+RESERVED_STAGE_NAMES = {"export": "exports folder", "eval": "evaluation folder", "report": "report folder",
+                        "base": "label of the base model's evaluation"}
+"""Names a stage cannot take: its folder <run>/<name> or its evaluation label would collide with these."""
+
 
 class StageSpec(Section):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: SafeName
     """Stage name: its folder under the run folder and its export under <run>/export/<name>."""
     overrides: list[str] = []
     """Dotted KEY=VALUE overrides of the base recipe for this stage (dataset, reward, hyper-parameters)."""
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if name in RESERVED_STAGE_NAMES:
+            raise ValueError(f"{name!r} is taken by the run folder's own {RESERVED_STAGE_NAMES[name]}; "
+                             "name the stage e.g. 'stage1'")
+        return name
 
 
 class CurriculumConfig(Section):
@@ -78,17 +92,19 @@ def stage_recipe(cur: CurriculumConfig, index: int, overrides: Iterable[str] = (
     data: dict[str, Any] = base.model_dump(mode="json")
     for text in [*cur.stages[index].overrides, *overrides]:
         apply_override(data, *parse_override(text))
-    return build_config(data)
+    recipe = build_config(data)
+    check_rl_stage(recipe)  # every stage trains with GRPO
+    return recipe
 
 
 def stage_dir(recipe: RecipeConfig, name: str) -> Path:
-    """Where a stage trains: <run folder>/<stage name>."""
-    return recipe.run_dir / name
+    """Where a stage trains: <run folder>/<stage name> (refused if it would resolve outside the run folder)."""
+    return path_under(recipe.run_dir, name)
 
 
 def export_dir(recipe: RecipeConfig, name: str) -> Path:
-    """Where a stage's export goes: <run folder>/export/<stage name>."""
-    return recipe.run_dir / "export" / name
+    """Where a stage's export goes: <run folder>/export/<stage name> (refused if it would resolve outside it)."""
+    return path_under(recipe.run_dir / "export", name)
 
 
 def model_fingerprint(model_dir: str | Path) -> str:

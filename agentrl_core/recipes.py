@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from agentrl_core.config import RecipeConfig
+from agentrl_core.config_checks import log_odd_settings
 from agentrl_core.errors import ConfigError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -30,11 +31,22 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """`trainer.optim.lr=1e-6` -> (["trainer", "optim", "lr"], 1e-06); values parse as YAML scalars."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"override {text!r} is not KEY=VALUE (e.g. trainer.optim.lr=1e-6)")
-    value = yaml.safe_load(raw) if raw.strip() else ""
+        raise ConfigError(f"override {text[:200]!r} is not KEY=VALUE (e.g. trainer.optim.lr=1e-6)")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {key.strip()[:200]!r}: the value {raw[:200]!r} is not valid YAML "
+                          f"({_yaml_problem(err)})") from None
     if isinstance(value, str) and _looks_numeric(raw):
         value = float(raw)
     return key.strip().split("."), value
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """What YAML objected to, with the fix for the usual cause."""
+    if isinstance(err, yaml.reader.ReaderError):  # a character YAML never allows (NUL, most controls)
+        return str(err).splitlines()[0]
+    return f"{getattr(err, 'problem', None) or type(err).__name__}; quote a text value, e.g. KEY='\"a: b\"'"
 
 
 def _looks_numeric(raw: str) -> bool:
@@ -78,6 +90,12 @@ def apply_override(data: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
+def _short(value: Any) -> str:
+    """repr of a rejected value, cut to 200 characters (a fuzzed or pasted value can be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+
+
 def _format_validation(err: ValidationError) -> str:
     lines = []
     for item in err.errors():
@@ -85,17 +103,23 @@ def _format_validation(err: ValidationError) -> str:
             lines.append(item["msg"].removeprefix("Value error, "))
             continue
         loc = ".".join(str(p) for p in item["loc"])
-        lines.append(f"{loc}: {item['msg']} (got {item.get('input')!r})")
+        if item["type"] == "value_error":  # our validators' messages quote the value and say what to use
+            lines.append(f"{loc}: {item['msg'].removeprefix('Value error, ')}")
+        else:
+            lines.append(f"{loc}: {item['msg']} (got {_short(item.get('input'))})")
     return "invalid recipe:\n  " + "\n  ".join(lines)
 
 
 def build_config(data: dict[str, Any]) -> RecipeConfig:
-    """Validate a nested dict into a RecipeConfig, with errors that name the key."""
+    """Validate a nested dict into a RecipeConfig, with errors that name the key; odd but legal
+    settings are logged once (config_checks.odd_settings)."""
     check_keys(data)
     try:
-        return RecipeConfig.model_validate(data)
+        cfg = RecipeConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_validation(err)) from None
+    log_odd_settings(cfg)
+    return cfg
 
 
 def load_recipe(recipe: str | Path | None = None, overrides: Iterable[str] = ()) -> RecipeConfig:

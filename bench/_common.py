@@ -1,4 +1,4 @@
-"""Shared helpers of the benchmark scripts: peak memory, tables, JSON results and baselines."""
+"""Shared helpers of the benchmark scripts: peak memory, tables, JSON results and baselines, the CPU they ran on."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agentrl_core.hardware import cpu_info, describe_cpu
+
 
 def peak_rss_gib() -> float:
     """Peak resident memory of this process so far (Linux reports KiB)."""
@@ -22,9 +24,10 @@ def median(xs: list[float]) -> float:
 
 
 def print_table(title: str, figures: dict[str, float], baseline: dict[str, float] | None = None) -> None:
-    """Figures as a table; with a baseline (an earlier JSON output), a ratio column too."""
+    """Figures as a table captioned with the CPU they were measured on; with a baseline (an earlier JSON
+    output), a ratio column too."""
     cols = ["figure", "value"] + (["baseline", "ratio"] if baseline else [])
-    table = Table(*cols, title=title)
+    table = Table(*cols, title=title, caption=describe_cpu())
     for key, value in figures.items():
         row = [key, f"{value:.4g}"]
         if baseline:
@@ -36,8 +39,9 @@ def print_table(title: str, figures: dict[str, float], baseline: dict[str, float
 
 
 def save_json(path: str | None, payload: dict[str, Any]) -> None:
+    """Write the results, with the CPU they were measured on (model, flags, cores) under "machine"."""
     if path:
-        Path(path).write_text(json.dumps(payload, indent=2))
+        Path(path).write_text(json.dumps({**payload, "machine": cpu_info().to_dict()}, indent=2))
 
 
 def load_baseline(path: str | None) -> dict[str, float] | None:

@@ -2,9 +2,11 @@
 
 The work matches REFERENCE.md §6: SmolLM2-135M, 4 prompts x 4 samples x 64 new tokens, KL beta 0.04
 (reference model on). Prints a table; --json saves the figures and --baseline compares with a saved run
-(e.g. the same script on another commit, or another allocator/precision).
+(e.g. the same script on another commit, or another allocator/precision). --engine picks the rollout
+engine (auto = native here), --ppo-epochs and --old-logprobs measure what the engine's log-probs save.
 
-    .venv/bin/python bench/bench_speed.py --steps 3 [--compute-dtype bfloat16] [--json out.json] [--baseline old.json]
+    .venv/bin/python bench/bench_speed.py --steps 3 [--compute-dtype bfloat16] [--engine hf] [--ppo-epochs 2
+        --old-logprobs engine] [--json out.json] [--baseline old.json]
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench._common import load_baseline, median, peak_rss_gib, print_table, save_json  # noqa: E402
-from agentrl_core.config import AlgorithmConfig, OptimConfig, SamplingConfig  # noqa: E402
+from agentrl_core.config import AlgorithmConfig, EngineConfig, OptimConfig, SamplingConfig  # noqa: E402
+from agentrl_core.hardware import describe_cpu  # noqa: E402
 from agentrl_core.envs import make  # noqa: E402
 from agentrl_core.models import load_model, load_tokenizer, resolve_model  # noqa: E402
 from agentrl_core.models.chat import ChatFormat  # noqa: E402
-from agentrl_core.rollout import EpisodeSpec, HFEngine, LoopLimits, run_episodes  # noqa: E402
+from agentrl_core.rollout import EpisodeSpec, LoopLimits, run_episodes  # noqa: E402
+from agentrl_core.rollout.engines import make_engine  # noqa: E402
 from agentrl_core.training.optim import build_optimizer  # noqa: E402
 from agentrl_core.training.policy_update import UpdateContext, policy_update  # noqa: E402
 
@@ -39,6 +43,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--compute-dtype", dest="autocast", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward (less memory)")
+    p.add_argument("--engine", default="auto", choices=["auto", "native", "hf"], help="rollout engine")
+    p.add_argument("--ppo-epochs", type=int, default=1)
+    p.add_argument("--old-logprobs", default="recompute", choices=["recompute", "engine"])
     p.add_argument("--json")
     p.add_argument("--baseline")
     return p.parse_args()
@@ -53,10 +60,11 @@ def one_step(step: int, args, policy, ref, engine, chat, opt, sched) -> dict[str
     t1 = time.perf_counter()
     policy.train()
     cfg = AlgorithmConfig(kl_coef=args.kl)
-    ctx = UpdateContext(policy, opt, sched, cfg, 1.0, 4096, engine.pad_id, 1.0, ref, args.autocast)
+    ctx = UpdateContext(policy, opt, sched, cfg, 1.0, 4096, engine.pad_id, 1.0, ref, args.autocast,
+                        old_logprobs=args.old_logprobs)
     for i, t in enumerate(trajs):  # rewards with spread, so the loss is not trivially zero
         t.reward = t.reward + 0.1 * (i % 3)
-    policy_update(ctx, trajs)
+    policy_update(ctx, trajs, epochs=args.ppo_epochs)
     t2 = time.perf_counter()
     gen = sum(t.response_tokens for t in trajs)
     total = sum(len(t.token_ids) for t in trajs)
@@ -72,13 +80,16 @@ def main() -> None:
     if args.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     ref = load_model(path).requires_grad_(False) if args.kl > 0 else None
-    engine, chat = HFEngine(policy, tok, autocast=args.autocast), ChatFormat(tok)
+    engine = make_engine(EngineConfig(kind=args.engine), policy, tok, autocast=args.autocast)
+    chat = ChatFormat(tok)
     opt, sched = build_optimizer(policy, OptimConfig(lr=1e-6), args.steps)
     runs = [one_step(s, args, policy, ref, engine, chat, opt, sched) for s in range(args.steps)]
     figures = {k: median([r[k] for r in runs]) for k in runs[0]}
     figures["peak_rss_gib"] = peak_rss_gib()
+    print(describe_cpu())
     print_table(f"GRPO step, {args.prompts}x{args.samples}x{args.new_tokens} tokens, kl={args.kl}, "
-                f"compute_dtype={args.autocast} (median of {args.steps})", figures, load_baseline(args.baseline))
+                f"compute_dtype={args.autocast}, engine={type(engine).__name__}, ppo_epochs={args.ppo_epochs}, "
+                f"old_logprobs={args.old_logprobs} (median of {args.steps})", figures, load_baseline(args.baseline))
     save_json(args.json, {"args": vars(args), "figures": figures, "runs": runs})
 
 

@@ -11,7 +11,7 @@ from tasks.curriculum import curriculum_stage
 from tasks.env_server import env_server
 from tasks.records import record_eval, record_export, record_stage, run_record
 from tasks.report import report
-from tasks.stages import evaluate, import_model
+from tasks.stages import compute_settings, evaluate, import_model
 
 
 def _resolve(curriculum: CurriculumConfig | None, curriculum_file: str | None) -> CurriculumConfig:
@@ -33,6 +33,7 @@ def curriculum(curriculum: CurriculumConfig | None = None, curriculum_file: str 
     recipes = [stage_recipe(cur, i, overrides or []) for i in range(len(cur.stages))]
     run_id = run_record(recipes[-1], "curriculum")
     init = base = import_model(recipes[0].model.name)
+    recipes = [compute_settings(r, base) for r in recipes]  # auto -> this machine's values (measured once, cached)
     stages, exports = [], {}
     for index, (spec, recipe) in enumerate(zip(cur.stages, recipes)):
         done = export_is_complete(export_dir(recipe, spec.name))

@@ -24,8 +24,8 @@ def batch_eval(grid: EvalGrid, registry_url: str | None = None, root: str = "run
 
 @flow(name="nightly-eval", log_prints=True, validate_parameters=True)
 def nightly_eval(envs: list[str] = ["household"], seeds: list[int] = [0], k: int = 1, n_tasks: int = 16,  # noqa: B006
-                 max_turns: int = 8, engine: Literal["hf", "vllm", "openai"] = "hf", registry_url: str | None = None,
-                 root: str = "runs", report_dir: str = "runs/leaderboard") -> dict:
+                 max_turns: int = 8, engine: Literal["auto", "native", "hf", "vllm", "openai"] = "auto",
+                 registry_url: str | None = None, root: str = "runs", report_dir: str = "runs/leaderboard") -> dict:
     """Evaluate every exported checkpoint in the registry that misses an evaluation (scheduled at 02:00)."""
     pending = find_pending(registry_url, root, envs, seeds, k, "test", engine)
     if not pending:

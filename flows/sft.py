@@ -5,11 +5,12 @@ from __future__ import annotations
 from prefect import flow
 
 from agentrl_core.config import RecipeConfig
+from agentrl_core.interrupts import handling_signals
 from agentrl_core.recipes import resolve_recipe
 from tasks.env_server import env_server
 from tasks.records import finish_run, record_eval, record_export, record_stage, run_record
 from tasks.report import report
-from tasks.stages import evaluate, export_checkpoint, import_model, load_tasks, sft_stage
+from tasks.stages import compute_settings, evaluate, export_checkpoint, import_model, load_tasks, sft_stage
 
 
 @flow(name="sft", log_prints=True, validate_parameters=True)
@@ -19,8 +20,9 @@ def sft(recipe: RecipeConfig | None = None, recipe_file: str | None = None, over
     recipe = resolve_recipe(recipe, recipe_file, overrides or [])
     run_id = run_record(recipe, "sft")
     base = import_model(recipe.model.name)
+    recipe = compute_settings(recipe, base)  # model.compute_dtype/cpu_threads auto -> this machine's values
     try:
-        with env_server(recipe.env) as url:
+        with handling_signals(), env_server(recipe.env) as url:
             load_tasks(recipe, url)
             outcome = sft_stage(recipe, base, url)
             record_stage(recipe, run_id, "sft", 0, outcome, recipe.run_dir / "sft")

@@ -5,12 +5,15 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from agentrl_core.config import RecipeConfig
+from agentrl_core.config_checks import check_rl_stage
+from agentrl_core.interrupts import handling_signals
 from agentrl_core.recipes import resolve_recipe
+from agentrl_core.training.validation import best_checkpoint
 from tasks.env_server import env_server
 from tasks.experience import experience_pool
 from tasks.records import finish_run, record_eval, record_export, record_stage, run_record
 from tasks.report import report
-from tasks.stages import evaluate, export_checkpoint, grpo_stage, import_model, load_tasks, sft_stage
+from tasks.stages import compute_settings, evaluate, export_checkpoint, grpo_stage, import_model, load_tasks, sft_stage
 
 
 @flow(name="train", log_prints=True, validate_parameters=True)
@@ -23,9 +26,11 @@ def train(recipe: RecipeConfig | None = None, recipe_file: str | None = None, ov
     `store.storage` when set.
     """
     recipe = resolve_recipe(recipe, recipe_file, overrides or [])
+    check_rl_stage(recipe)  # refuse trainer.steps=0 before any work
     run_id = run_record(recipe, "train")
     try:
-        result = _pipeline(recipe, run_id)
+        with handling_signals():  # Ctrl-C/SIGTERM: stop within seconds, recorded Crashed; a second exits at once
+            result = _pipeline(recipe, run_id)
     except BaseException:
         finish_run(recipe, run_id, "failed")
         raise
@@ -36,6 +41,7 @@ def train(recipe: RecipeConfig | None = None, recipe_file: str | None = None, ov
 def _pipeline(recipe: RecipeConfig, run_id: int) -> dict:
     run_dir = recipe.run_dir
     base = import_model(recipe.model.name)
+    recipe = compute_settings(recipe, base)  # model.compute_dtype/cpu_threads auto -> this machine's values
     with env_server(recipe.env) as url, experience_pool(recipe) as recipe:
         load_tasks(recipe, url)
         start, exports, uris = base, {}, {}
@@ -45,6 +51,11 @@ def _pipeline(recipe: RecipeConfig, run_id: int) -> dict:
             record_stage(recipe, run_id, stage, index, outcome, run_dir / stage)
             start = exports[stage] = export_checkpoint(outcome["checkpoint"], str(run_dir / "export" / stage))
             uris[stage] = record_export(recipe, run_id, stage, start)
+        best = best_checkpoint(run_dir / "grpo") if recipe.trainer.export_best else None
+        if best is not None:  # the best validated GRPO checkpoint, beside the last one
+            folder = run_dir / "export" / f"grpo-best-{best.name}"  # named by step: a later best is another export
+            exports["grpo-best"] = export_checkpoint(str(best), str(folder))
+            uris["grpo-best"] = record_export(recipe, run_id, "grpo-best", exports["grpo-best"])
         evals = {}
         if recipe.eval.enabled:
             for label, model in {"base": base, **exports}.items():

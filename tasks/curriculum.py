@@ -7,6 +7,7 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.curriculum import run_stage
+from agentrl_core.interrupts import run_interruptible
 from tasks.gpu import stage_gpus
 from tasks.stages import TRANSIENT, _progress_callback
 
@@ -21,6 +22,6 @@ def curriculum_stage(recipe: RecipeConfig, name: str, init_model: str, init_fing
     """Train stage `name` with GRPO from `init_model` and export it; returns the StageOutcome as a dict."""
     del init_fingerprint  # part of the cache key only
     with stage_gpus(recipe):
-        outcome = run_stage(recipe, name, init_model,
-                            on_step=_progress_callback(f"{name}-progress", f"{name} GRPO steps"))
+        outcome = run_interruptible(run_stage, recipe, name, init_model,  # Ctrl-C stops it within seconds
+                                    on_step=_progress_callback(f"{name}-progress", f"{name} GRPO steps"))
     return outcome.to_dict()

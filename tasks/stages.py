@@ -1,4 +1,7 @@
-"""Tasks of the training pipeline: load tasks, import the model, SFT, GRPO, export, evaluate."""
+"""Tasks of the training pipeline: load tasks, import the model, SFT, GRPO, export, evaluate.
+
+The long stages run through `run_interruptible`: a Ctrl-C or SIGTERM ends them within seconds (the
+task and flow run are then recorded Crashed; running the same command again resumes)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ from agentrl_core.checkpoints import export_hf
 from agentrl_core.config import RecipeConfig
 from agentrl_core.envs import EnvClient
 from agentrl_core.evaluation.runner import evaluate_model
+from agentrl_core.interrupts import run_interruptible
 from agentrl_core.models import resolve_model
+from agentrl_core.models.compute import resolve_compute_settings
 from agentrl_core.tasksets import format_ranges, resolve_task_ids
 from agentrl_core.training.grpo import train_grpo
 from agentrl_core.training.sft import train_sft
@@ -51,6 +56,13 @@ def import_model(name: str) -> str:
     return str(resolve_model(name))
 
 
+@task(name="compute-settings")
+def compute_settings(cfg: RecipeConfig, model: str) -> RecipeConfig:
+    """The recipe with model.compute_dtype and model.cpu_threads decided for this machine (auto: by what
+    it supports and a short measurement of `model`, cached per machine), printed once."""
+    return resolve_compute_settings(cfg, model, report=get_run_logger().info)
+
+
 @task(name="load-tasks", **TRANSIENT)
 def load_tasks(cfg: RecipeConfig, env_url: str) -> dict[str, int]:
     """The train and test task ids the run uses (env.train_ids/test_ids ranges, a verl parquet
@@ -69,8 +81,8 @@ def load_tasks(cfg: RecipeConfig, env_url: str) -> dict[str, int]:
 def sft_stage(cfg: RecipeConfig, init_model: str, env_url: str) -> dict:
     """Supervised warm-start on expert demonstrations (resumes from its last checkpoint)."""
     with stage_gpus(cfg):
-        result = train_sft(cfg, init_model=Path(init_model), env_url=env_url,
-                           on_step=_progress_callback("sft-progress", "SFT optimizer steps"))
+        result = run_interruptible(train_sft, cfg, init_model=Path(init_model), env_url=env_url,
+                                   on_step=_progress_callback("sft-progress", "SFT optimizer steps"))
     return asdict(result)
 
 
@@ -78,8 +90,8 @@ def sft_stage(cfg: RecipeConfig, init_model: str, env_url: str) -> dict:
 def grpo_stage(cfg: RecipeConfig, init_model: str, env_url: str) -> dict:
     """GRPO from `init_model` (resumes from its last checkpoint)."""
     with stage_gpus(cfg):
-        result = train_grpo(cfg, init_model=Path(init_model), env_url=env_url,
-                            on_step=_progress_callback("grpo-progress", "GRPO steps"))
+        result = run_interruptible(train_grpo, cfg, init_model=Path(init_model), env_url=env_url,
+                                   on_step=_progress_callback("grpo-progress", "GRPO steps"))
     return asdict(result)
 
 
@@ -93,7 +105,7 @@ def export_checkpoint(checkpoint: str, out_dir: str) -> str:
 def evaluate(cfg: RecipeConfig, label: str, model: str, env_url: str) -> dict:
     """Evaluate one model on the held-out tasks; returns the summary as a dict."""
     with stage_gpus(cfg):
-        summary = _evaluate(cfg, label, model, env_url)
+        summary = run_interruptible(_evaluate, cfg, label, model, env_url)
     get_run_logger().info("eval %s: %s", label, summary.to_dict())
     return summary.to_dict()
 
@@ -103,6 +115,7 @@ def _evaluate(cfg: RecipeConfig, label: str, model: str, env_url: str):
         test_ids = resolve_task_ids(cfg.env, client, "test")
     return evaluate_model(model, task_ids=test_ids, env_name=cfg.env.name, env_url=env_url, cfg=cfg.eval, n_tasks=cfg.env.test_tasks,
                           max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens,
-                          dtype=cfg.model.dtype, autocast=cfg.model.compute_dtype, out_dir=cfg.run_dir / "eval" / label,
+                          dtype=cfg.model.dtype, autocast=cfg.model.compute_dtype, engine=cfg.rollout.engine,
+                          out_dir=cfg.run_dir / "eval" / label,
                           on_progress=lambda done, total: progress.report(f"eval-{label}", done, total,
                                                                           f"evaluating {label}"))

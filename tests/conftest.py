@@ -11,6 +11,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The CPU the tests ran on (model, the flags that decide speed, cores), in the session header."""
+    from agentrl_core.hardware import describe_cpu
+
+    return describe_cpu()
+
+
 @pytest.fixture(scope="session")
 def embedded_model_path() -> Path:
     """The real SmolLM2-135M-Instruct, imported once into the user's cache (scripts/setup.sh does it)."""

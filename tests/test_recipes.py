@@ -17,6 +17,21 @@ def test_every_shipped_recipe_validates():
         assert isinstance(load_recipe(path), RecipeConfig)
 
 
+def test_every_shipped_recipe_and_curriculum_stage_can_train_and_is_not_odd():
+    """Each passes the cross-field checks of a pipeline with a GRPO stage, with no odd-setting note."""
+    from agentrl_core.config_checks import check_rl_stage, odd_settings
+    from agentrl_core.curriculum import CURRICULA_DIR, load_curriculum, stage_recipe
+
+    built = {path.name: load_recipe(path) for path in sorted(RECIPES_DIR.glob("*.yaml"))}
+    for path in sorted(CURRICULA_DIR.glob("*.yaml")):
+        cur = load_curriculum(path)
+        built.update({f"{path.name}:{s.name}": stage_recipe(cur, i) for i, s in enumerate(cur.stages)})
+    assert any(":" in name for name in built), "recipes/curricula/ is empty"
+    for name, cfg in built.items():
+        check_rl_stage(cfg)
+        assert odd_settings(cfg) == [], name
+
+
 def test_overrides_apply_with_types():
     cfg = load_recipe(None, ["trainer.optim.lr=1e-6", "rollout.group_size=8", "env.name=countdown", "sft.enabled=false"])
     assert cfg.trainer.optim.lr == pytest.approx(1e-6)

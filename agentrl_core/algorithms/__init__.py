@@ -12,28 +12,25 @@ Outside the registries (they change the data, not the loss): reward shaping (`ov
 `r3l_advantages`, and truncated importance sampling (`tis_weights`, `apply_tis`).
 """
 
-# Imported for their side effect of registering the built-in members.
-from agentrl_core.algorithms.advantages import GroupStats, group_stats, grpo_advantage, rloo_advantage
-from agentrl_core.algorithms.advantages_plus import (
-    discounted_outcome_returns,
+# Imported for their side effect of registering the built-in members. One module per algorithm
+# family beyond the shared contracts (advantages.py: group-relative estimators; policy_losses.py).
+from agentrl_core.algorithms.advantages import (
+    GroupStats,
     drgrpo_advantage,
-    group_logavgexp,
-    masked_whiten,
-    opmd_advantage,
-    opmd_baseline,
-    r3l_advantage,
-    r3l_advantages,
-    raft_advantage,
-    raft_select,
-    reinforce_pp_advantage,
-    reinforce_pp_baseline_advantage,
+    group_stats,
+    grpo_advantage,
+    rloo_advantage,
 )
 from agentrl_core.algorithms.aggregation import LossNorm
 from agentrl_core.algorithms.dynamic_sampling import dynamic_sampling_keep, groups_still_needed
+from agentrl_core.algorithms.gspo import gspo_loss, sequence_log_ratio
 from agentrl_core.algorithms.kl import entropy_from_logits, kl_k1, kl_k2, kl_k3
-from agentrl_core.algorithms.losses_plus import gspo_loss, opmd_loss, raft_loss, sequence_log_ratio
+from agentrl_core.algorithms.opmd import group_logavgexp, opmd_advantage, opmd_baseline, opmd_loss
 from agentrl_core.algorithms.policy_losses import ppo_clip_loss, vanilla_pg_loss
+from agentrl_core.algorithms.r3l import r3l_advantage, r3l_advantages
+from agentrl_core.algorithms.raft import raft_advantage, raft_loss, raft_select
 from agentrl_core.algorithms.registry import (
+    ADVANTAGE_BASELINES,
     ADVANTAGE_ESTIMATORS,
     AGGREGATIONS,
     KL_ESTIMATORS,
@@ -41,8 +38,10 @@ from agentrl_core.algorithms.registry import (
     REGISTRIES,
     AdvantageFn,
     AggregationFn,
+    AlgorithmParams,
     KLFn,
     PolicyLossFn,
+    advantage_baseline,
     get,
     get_advantage_estimator,
     get_aggregation,
@@ -54,10 +53,17 @@ from agentrl_core.algorithms.registry import (
     register_kl_estimator,
     register_policy_loss,
 )
+from agentrl_core.algorithms.reinforce_pp import (
+    discounted_outcome_returns,
+    masked_whiten,
+    reinforce_pp_advantage,
+    reinforce_pp_baseline_advantage,
+)
 from agentrl_core.algorithms.shaping import kl_penalized_rewards, overlong_penalty
 from agentrl_core.algorithms.tis import apply_tis, tis_weights
 
 __all__ = [
+    "ADVANTAGE_BASELINES",
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
@@ -65,10 +71,12 @@ __all__ = [
     "REGISTRIES",
     "AdvantageFn",
     "AggregationFn",
+    "AlgorithmParams",
     "GroupStats",
     "KLFn",
     "LossNorm",
     "PolicyLossFn",
+    "advantage_baseline",
     "apply_tis",
     "discounted_outcome_returns",
     "drgrpo_advantage",

@@ -1,20 +1,17 @@
-"""Advantage estimators: sequence rewards in, per-token advantages out (one signature for all).
+"""Group-relative advantage estimators (GRPO, Dr.GRPO, RLOO) and the helpers every estimator shares.
 
-Every estimator is `fn(rewards[B] float, groups[B] long, mask[B,T], cfg: AlgorithmConfig) -> [B,T]`:
+Every estimator is `fn(rewards[B] float, groups[B] long, mask[B,T], cfg: AlgorithmParams) -> [B,T]`:
 `groups[i]` is an arbitrary id (same id = same prompt/task), `mask` marks response tokens; the
 sequence-level advantage is broadcast over the tokens where mask != 0 and is exactly 0 elsewhere.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 
-from agentrl_core.algorithms.registry import register_advantage_estimator
-
-if TYPE_CHECKING:
-    from agentrl_core.config import AlgorithmConfig
+from agentrl_core.algorithms.registry import AlgorithmParams, register_advantage_estimator
 
 
 class GroupStats(NamedTuple):
@@ -55,14 +52,19 @@ def group_stats(rewards: torch.Tensor, groups: torch.Tensor) -> GroupStats:
     return GroupStats(count[inverse], mean[inverse], std[inverse])
 
 
+def float_rewards(rewards: torch.Tensor) -> torch.Tensor:
+    """rewards as float32 at least (a float64 input stays float64)."""
+    return rewards.to(torch.promote_types(rewards.dtype, torch.float32))
+
+
 def broadcast_to_tokens(seq_values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[B] -> [B,T]: `out[i,t] = seq_values[i]` where mask[i,t] != 0, else exactly 0."""
     return torch.where(mask != 0, seq_values[:, None], seq_values.new_zeros(()))
 
 
-@register_advantage_estimator("grpo")
+@register_advantage_estimator("grpo", baseline="group")
 def grpo_advantage(
-    rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConfig
+    rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmParams
 ) -> torch.Tensor:
     """GRPO outcome advantage, broadcast over the response tokens.
 
@@ -79,9 +81,9 @@ def grpo_advantage(
     return broadcast_to_tokens(adv, mask)
 
 
-@register_advantage_estimator("rloo")
+@register_advantage_estimator("rloo", baseline="group")
 def rloo_advantage(
-    rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConfig
+    rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmParams
 ) -> torch.Tensor:
     """REINFORCE leave-one-out advantage, broadcast over the response tokens.
 
@@ -94,3 +96,18 @@ def rloo_advantage(
     # For n_g = 1 the centred reward is already 0, so clamping the divisor only avoids 0/0.
     adv = centred * stats.count / (stats.count - 1).clamp(min=1)
     return broadcast_to_tokens(adv, mask)
+
+
+@register_advantage_estimator("drgrpo", baseline="group")
+def drgrpo_advantage(
+    rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmParams
+) -> torch.Tensor:
+    """Dr.GRPO ("GRPO done right"): A_i = r_i - mean_g, no division by the group std.
+
+    Pair it with `loss_agg_mode: seq-mean-token-sum-norm` (sum over tokens / a constant), the other
+    half of the recipe: both remove GRPO's length and difficulty biases. Singleton group: A = 0.
+    Shapes: rewards [B], groups [B], mask [B,T] -> [B,T] (0 where mask == 0).
+    """
+    _check_shapes(rewards, groups, mask)
+    stats = group_stats(rewards, groups)
+    return broadcast_to_tokens(float_rewards(rewards) - stats.mean, mask)

@@ -14,14 +14,9 @@ and, for ppo_clip only:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-from agentrl_core.algorithms.registry import register_policy_loss
-
-if TYPE_CHECKING:
-    from agentrl_core.config import AlgorithmConfig
+from agentrl_core.algorithms.registry import AlgorithmParams, register_policy_loss
 
 LOG_RATIO_LIMIT = 20.0
 """|logp - old_logp| is clamped to this before exp, so one stale token cannot overflow the ratio."""
@@ -38,6 +33,11 @@ def _masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask != 0, values, values.new_zeros(()))
 
 
+def token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """clamp(logp - old_logp, -20, 20), 0 off-mask (padding may hold -inf)."""
+    return _masked(torch.clamp(logp - old_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT), mask)
+
+
 def _ratio_stats(log_ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     log_ratio = log_ratio.detach()
     return {"ratio": _masked(torch.exp(log_ratio), mask), "ppo_kl": _masked(-log_ratio, mask)}
@@ -49,7 +49,7 @@ def ppo_clip_loss(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    cfg: AlgorithmConfig,
+    cfg: AlgorithmParams,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Dual-clip PPO surrogate, per token.
 
@@ -80,7 +80,7 @@ def vanilla_pg_loss(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    cfg: AlgorithmConfig,
+    cfg: AlgorithmParams,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """REINFORCE: loss = -A * logp per token (no ratio, no clipping; old_logp only feeds the stats).
 

@@ -2,22 +2,40 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Literal, Protocol, TypeVar
 
 import torch
 
 from agentrl_core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from agentrl_core.algorithms.aggregation import LossNorm
-    from agentrl_core.config import AlgorithmConfig
+    from agentrl_core.algorithms.loss_norm import LossNorm
+
+
+class AlgorithmParams(Protocol):
+    """The settings the algorithm functions read: `agentrl_core.config.AlgorithmConfig` has them all.
+
+    Declared here so this package never imports the config (the config's checks import the
+    registries, which would close a cycle); tests/algorithms check AlgorithmConfig still fits.
+    """
+
+    epsilon: float
+    norm_adv_by_std: bool
+    gamma: float
+    opmd_baseline: str
+    opmd_tau: float
+    success_threshold: float
+    r3l_amplify: float
+    clip_ratio_low: float
+    clip_ratio_high: float
+    clip_ratio_c: float
 
 
 class AdvantageFn(Protocol):
     """`fn(rewards[B] float, groups[B] long, mask[B,T], cfg) -> advantages[B,T]` (0 where mask == 0)."""
 
     def __call__(
-        self, rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConfig
+        self, rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmParams
     ) -> torch.Tensor: ...
 
 
@@ -30,7 +48,7 @@ class PolicyLossFn(Protocol):
         old_logp: torch.Tensor,
         advantages: torch.Tensor,
         mask: torch.Tensor,
-        cfg: AlgorithmConfig,
+        cfg: AlgorithmParams,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
 
@@ -47,6 +65,10 @@ class AggregationFn(Protocol):
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+Baseline = Literal["none", "group", "batch"]
+ADVANTAGE_BASELINES: dict[str, Baseline] = {}
+"""What each estimator compares a sample with: "group" (the other samples of its task: a group of one
+gets advantage 0), "batch" (every token of the batch: a batch of one sequence gets 0), or "none"."""
 POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 KL_ESTIMATORS: dict[str, KLFn] = {}
 AGGREGATIONS: dict[str, AggregationFn] = {}
@@ -90,9 +112,17 @@ def get(kind: str, name: str) -> Callable:
     return registry[name]
 
 
-def register_advantage_estimator(name: str) -> Callable[[F], F]:
-    """Decorator: register an AdvantageFn (selected by `algorithm.advantage`)."""
-    return register("advantage", name)
+def register_advantage_estimator(name: str, *, baseline: Baseline = "none") -> Callable[[F], F]:
+    """Decorator: register an AdvantageFn (selected by `algorithm.advantage`) and what its baseline
+    needs (see ADVANTAGE_BASELINES), so a recipe that starves it is refused before it runs."""
+    add = register("advantage", name)
+
+    def add_with_baseline(fn: F) -> F:
+        registered = add(fn)
+        ADVANTAGE_BASELINES[name] = baseline
+        return registered
+
+    return add_with_baseline
 
 
 def register_policy_loss(name: str) -> Callable[[F], F]:
@@ -108,6 +138,13 @@ def register_kl_estimator(name: str) -> Callable[[F], F]:
 def register_aggregation(name: str) -> Callable[[F], F]:
     """Decorator: register an AggregationFn (selected by `algorithm.loss_agg_mode`)."""
     return register("loss_agg_mode", name)
+
+
+def advantage_baseline(name: str) -> Baseline:
+    """The baseline kind of the estimator called `name` (ConfigError if unknown; "none" when it was
+    added with the plain `register`, which declares nothing)."""
+    get("advantage", name)
+    return ADVANTAGE_BASELINES.get(name, "none")
 
 
 def get_advantage_estimator(name: str) -> AdvantageFn:

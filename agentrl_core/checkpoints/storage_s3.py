@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
-from agentrl_core.checkpoints.storage import (
+from agentrl_core.checkpoints.storage_base import (
     UPLOAD_MARKER,
     Storage,
     StorageError,

@@ -22,8 +22,8 @@ from agentrl_core.config_checks import check_combinations
 from agentrl_core.errors import AgentRLError
 from agentrl_core.rollout import EpisodeSpec, Trajectory, write_trajectories
 from agentrl_core.tasksets import resolve_task_ids
-from agentrl_core.training.grpo import StepCallback, rollout_metrics, round_specs, step_tasks, usable_trajectories
-from agentrl_core.training.session import StageResult
+from agentrl_core.training.rollout_batch import rollout_metrics, round_specs, step_tasks, usable_trajectories
+from agentrl_core.training.session import StageResult, StepCallback
 from agentrl_core.training.timing import timed
 
 log = logging.getLogger(__name__)

@@ -14,14 +14,8 @@ from agentrl_core.distributed.weight_sync import UNSYNCED, accept, load_into
 from agentrl_core.envs import EnvClient, RemoteEnv
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout import (
-    EpisodeSpec,
-    Generation,
-    HFEngine,
-    LoopLimits,
-    Trajectory,
-    run_episodes,
-)
+from agentrl_core.rollout import EpisodeSpec, Generation, LoopLimits, Trajectory, run_episodes
+from agentrl_core.rollout.engines import make_engine
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +40,7 @@ class RolloutWorker:
         self.cfg = cfg
         self.model = load_model(init_model, dtype=cfg.model.dtype, device=device or actor_device())
         tokenizer = load_tokenizer(init_model)
-        self.engine = HFEngine(self.model, tokenizer, autocast=cfg.model.compute_dtype)
+        self.engine = make_engine(cfg.rollout.engine, self.model, tokenizer, autocast=cfg.model.compute_dtype)
         self.chat = ChatFormat(tokenizer)
         self.client = EnvClient(env_url, timeout=cfg.env.request_timeout_s)
         self.version = UNSYNCED
@@ -67,6 +61,8 @@ class RolloutWorker:
         """Take the trainer's weights of `version` (must be newer than the held one); returns it."""
         accept(self.version, version)
         load_into(self.model, state_dict)
+        if hasattr(self.engine, "invalidate"):  # the native engine's KV caches belong to the old weights
+            self.engine.invalidate()
         self.model.eval()
         self.version = version
         return version

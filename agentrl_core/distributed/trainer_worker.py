@@ -12,7 +12,7 @@ from agentrl_core.config import RecipeConfig
 from agentrl_core.distributed.rollout_worker import actor_device
 from agentrl_core.distributed.weight_sync import cpu_state_dict
 from agentrl_core.rollout import HFEngine, Trajectory
-from agentrl_core.training.grpo import reference_model, update_context
+from agentrl_core.training.step_context import reference_model, update_context
 from agentrl_core.training.policy_update import policy_update
 from agentrl_core.training.session import open_session
 

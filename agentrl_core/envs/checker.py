@@ -112,12 +112,14 @@ def _step(env: Env, action: str) -> StepResult:
             f"{env.name}: step({action!r}) raised {type(exc).__name__}: {exc}; an invalid action must "
             "return an observation, never raise"
         ) from exc
-    _check_result(env, result, action)
+    check_step_result(env, result, action)
     return result
 
 
-def _check_result(env: Env, result: StepResult, action: str) -> None:
-    said = f"step({action!r})"
+def check_step_result(env: Env, result: StepResult, action: str) -> None:
+    """EnvCheckError unless `result` of step(`action`) keeps the contract: a StepResult with a str
+    observation, a reward in reward_range, not both terminated and truncated, info["success"] at the end."""
+    said = f"step({action[:200]!r})"
     _require(env, isinstance(result, StepResult), f"{said} must return a StepResult, got {type(result).__name__}")
     _require(env, isinstance(result.observation, str), f"{said} observation must be a str")
     low, high = env.reward_range

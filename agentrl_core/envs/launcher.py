@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import httpx
 
 from agentrl_core.envs.errors import ServerStartError
+from agentrl_core.lifetime import CHILD_SESSION, track
 from agentrl_core.envs.server import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
 
 
@@ -35,7 +36,7 @@ class ServerProcess:
     """A running env server subprocess: `.url`, `.port`, `.pid`, `.stop()`; a context manager."""
 
     def __init__(self, proc: subprocess.Popen[bytes], host: str, workdir: str) -> None:
-        self.proc = proc
+        self.proc = track(proc)  # a second Ctrl-C kills it at once (lifetime.kill_tracked)
         self.host = host
         self.port: int | None = None
         self.workdir = workdir
@@ -134,7 +135,8 @@ def launch_server(
     root = str(Path(__file__).resolve().parents[2])
     child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
     with open(Path(workdir) / "server.log", "wb") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env,
+                                **CHILD_SESSION)  # a terminal's Ctrl-C reaches the run, which stops it after
     server = ServerProcess(proc, host, workdir)
     try:
         server.wait_ready(port_file, port or 0, startup_timeout)

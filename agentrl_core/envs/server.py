@@ -35,6 +35,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentrl_core.envs import agentgym, registry
+from agentrl_core.envs.body_limit import MAX_BODY_BYTES, BodySizeLimit
 from agentrl_core.envs.errors import EnvError, InvalidRequestError, ServerStartError, UnknownEnvError
 from agentrl_core.envs.extras import require_extra
 from agentrl_core.envs.pool import WorkerPool
@@ -120,6 +121,7 @@ def create_app(
             await pool.stop()
 
     app = FastAPI(title="agentrl environment server", lifespan=lifespan)
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)  # a huge POST is a 413, not gigabytes of memory
     app.state.store = store
     app.state.pool = pool
     _install_error_handlers(app)
@@ -268,7 +270,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        error = "NotFound" if exc.status_code == 404 else "HTTPError"
+        error = {404: "NotFound", 413: "RequestTooLargeError"}.get(exc.status_code, "HTTPError")
         return _error(exc.status_code, error, str(exc.detail), getattr(exc, "headers", None))
 
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -7,9 +7,20 @@ Errors travel as a real HTTP status plus an `ErrorResponse` body naming the erro
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+
+def _refuse_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not true/false")
+    return value
+
+
+WireInt = Annotated[int, BeforeValidator(_refuse_bool)]
+"""An integer field of a request (an id, a task index, a seed): JSON true/false are refused, where
+pydantic would read them as 1/0 and so address session 1 by accident."""
 
 
 class _Request(BaseModel):
@@ -66,14 +77,14 @@ class CreateSessionRequest(_Request):
     """Create a session of `env` and reset it to `task_id`."""
 
     env: str
-    task_id: int
-    seed: int | None = None
+    task_id: WireInt
+    seed: WireInt | None = None
     options: dict[str, Any] | None = None
 
 
 class ResetRequest(_Request):
-    task_id: int
-    seed: int | None = None
+    task_id: WireInt
+    seed: WireInt | None = None
     options: dict[str, Any] | None = None
 
 
@@ -115,6 +126,7 @@ ERROR_STATUS: dict[str, int] = {
     "NotFound": 404,
     "ResetNeededError": 409,
     "SessionLostError": 410,
+    "RequestTooLargeError": 413,
     "InvalidRequestError": 422,
     "TooManySessionsError": 429,
     "EnvServerError": 500,
@@ -138,9 +150,9 @@ class AgentGymCreateResponse(BaseModel):
 class AgentGymResetRequest(_AgentGymRequest):
     """The task index arrives as `data_idx` (most AgentGym envs) or `game` (ALFWorld)."""
 
-    id: int
-    data_idx: int | None = None
-    game: int | None = None
+    id: WireInt
+    data_idx: WireInt | None = None
+    game: WireInt | None = None
 
     @model_validator(mode="after")
     def _needs_task(self) -> "AgentGymResetRequest":
@@ -162,7 +174,7 @@ class AgentGymResetResponse(BaseModel):
 
 
 class AgentGymStepRequest(_AgentGymRequest):
-    id: int
+    id: WireInt
     action: str
 
 
@@ -175,7 +187,7 @@ class AgentGymStepResponse(BaseModel):
 
 
 class AgentGymCloseRequest(_AgentGymRequest):
-    id: int
+    id: WireInt
 
 
 class AgentGymCloseResponse(BaseModel):
@@ -187,10 +199,10 @@ class AgentGymCloseResponse(BaseModel):
 class AgentGymBResetRequest(_AgentGymRequest):
     """The task index arrives as `session_id` (WebShop), `item_id` (SQLGym) or `id`."""
 
-    env_idx: int
-    session_id: int | None = None
-    item_id: int | None = None
-    id: int | None = None
+    env_idx: WireInt
+    session_id: WireInt | None = None
+    item_id: WireInt | None = None
+    id: WireInt | None = None
 
     @model_validator(mode="after")
     def _needs_task(self) -> "AgentGymBResetRequest":
@@ -207,7 +219,7 @@ class AgentGymBResetRequest(_AgentGymRequest):
 
 
 class AgentGymBStepRequest(_AgentGymRequest):
-    env_idx: int
+    env_idx: WireInt
     action: str
 
 
@@ -222,7 +234,7 @@ class AgentGymBStepResponse(BaseModel):
 
 
 class AgentGymBCloseRequest(_AgentGymRequest):
-    env_idx: int
+    env_idx: WireInt
 
 
 class AgentGymBCloseResponse(BaseModel):

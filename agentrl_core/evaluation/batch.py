@@ -12,7 +12,7 @@ draws; seed 0 uses seeds 0 … k−1, as `evaluate_model` with EvalConfig(seed=0
 ignores the reset seed: its tasks are fixed by the task id.) A job whose every episode failed
 outside the model raises EvalJobFailed and records nothing, so an outage is retried, never scored.
 
-Engines (`agentrl_core.rollout.engines.make_engine`): "hf" loads the checkpoint in this process;
+Engines (`agentrl_core.rollout.engines.make_engine`): "auto", "native" and "hf" load the checkpoint in this process;
 "vllm" loads it into vLLM (the GPU extra); "openai" talks to `engine.url` (any OpenAI-compatible
 server that serves the checkpoint under its URI as model name, e.g. vLLM started with
 `--model <uri>`) or, with no URL, starts agentrl's own server for each checkpoint and stops it
@@ -39,6 +39,7 @@ from agentrl_core.errors import AgentRLError
 from agentrl_core.evaluation.metrics import EvalSummary, summarize
 from agentrl_core.evaluation.runner import episode_results, play_eval_episodes
 from agentrl_core.rollout import Engine, LoopLimits, write_trajectories
+from agentrl_core.safe_names import SafeName
 from agentrl_core.store import CheckpointRecord, EvalRecord
 
 log = logging.getLogger(__name__)
@@ -56,18 +57,18 @@ class EvalGrid(Section):
 
     checkpoints: list[str] = Field(min_length=1)
     """Hugging Face model folders to evaluate (paths or file:// URIs, as the registry records them)."""
-    envs: list[str] = Field(min_length=1)
+    envs: list[SafeName] = Field(min_length=1)
     """Registered environment names."""
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     """Seed s: env reset seed s, and sample j samples with seed s·k + j (see the module docstring)."""
     k: int = Field(1, ge=1)
     """Samples per task (pass@k uses all of them)."""
-    split: str = "test"
+    split: SafeName = "test"
     """Task split to evaluate on."""
     n_tasks: int = Field(24, ge=1)
     """How many tasks of the split (the first n)."""
     engine: EngineConfig = EngineConfig()
-    """The engine: kind hf (in this process), vllm (GPU extra) or openai. openai with `url` talks to
+    """The engine: kind auto/native/hf (in this process), vllm (GPU extra) or openai. openai with `url` talks to
     a server serving each checkpoint under its URI as model name; openai without `url` starts
     agentrl's own server per checkpoint. `max_batch` sets the prompts per generate call."""
     server_threads: int | None = Field(None, ge=1)
@@ -182,7 +183,7 @@ def open_engine(grid: EvalGrid, checkpoint_uri: str) -> Iterator[tuple[Engine, A
     path = resolve_model(local_model_path(checkpoint_uri))
     tokenizer = load_tokenizer(path)
     cfg = grid.engine
-    if cfg.kind == "hf":
+    if cfg.kind in ("auto", "native", "hf"):
         yield make_engine(cfg, load_model(path, dtype=grid.dtype), tokenizer), tokenizer
     elif cfg.kind == "vllm":
         yield make_engine(cfg, None, tokenizer, model_path=path, dtype=grid.dtype), tokenizer

@@ -7,9 +7,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from agentrl_core.evaluation.stats import wilson_interval
+
 __all__ = ["COLUMNS", "leaderboard", "to_markdown"]
 
-COLUMNS = ("checkpoint", "run", "step", "env", "success", "pass@k", "reward", "n")
+COLUMNS = ("checkpoint", "run", "step", "env", "success", "95% CI", "pass@k", "reward", "n")
 """Columns of the markdown table (the rows hold more keys, e.g. success_std, split, engine)."""
 
 
@@ -38,7 +40,16 @@ def _row(records: Sequence[Any]) -> dict[str, Any]:
         "reward_mean": _mean_std(_present(records, "reward_mean"))[0],
         "n_seeds": len(records), "seeds": sorted(r.seed for r in records),
         "n_tasks": max(r.n_tasks for r in records),
-    }
+    } | _interval(success, max(r.n_tasks for r in records))
+
+
+def _interval(rate: float | None, n_tasks: int) -> dict[str, float | None]:
+    """95% Wilson interval of the pooled success rate with the task as the unit (n = tasks): seeds
+    replay the same tasks, so they narrow nothing about how the model does on other tasks."""
+    if rate is None or n_tasks <= 0:
+        return {"success_ci_low": None, "success_ci_high": None}
+    low, high = wilson_interval(rate * n_tasks, n_tasks)
+    return {"success_ci_low": low, "success_ci_high": high}
 
 
 def _rank_key(row: dict[str, Any]) -> tuple:
@@ -77,11 +88,14 @@ def _cells(row: dict[str, Any]) -> list[str]:
         success += f" ± {100 * row['success_std']:.1f}"
     reward = "n/a" if row["reward_mean"] is None else f"{row['reward_mean']:.3f}"
     step = "" if row["step"] is None else str(row["step"])
-    return [row["checkpoint"], row["run"] or "", step, row["env"], success,
-            f"{_pct(row['pass_at_k'])} (k={row['k']})", reward, _count(row["n_seeds"], "seed") + " × " + _count(row["n_tasks"], "task")]
+    ci = "n/a" if row["success_ci_low"] is None else \
+        f"[{100 * row['success_ci_low']:.1f}, {100 * row['success_ci_high']:.1f}]"
+    n = _count(row["n_seeds"], "seed") + " × " + _count(row["n_tasks"], "task")
+    return [row["checkpoint"], row["run"] or "", step, row["env"], success, ci,
+            f"{_pct(row['pass_at_k'])} (k={row['k']})", reward, n]
 
 
 def to_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """A markdown pipe table of the leaderboard rows (success as mean ± std over seeds, in %)."""
-    lines = [list(COLUMNS), ["---"] * 4 + ["---:"] * 4, *(_cells(r) for r in rows)]
+    """A markdown pipe table of the leaderboard rows (success as mean ± std over seeds and its 95% interval, in %)."""
+    lines = [list(COLUMNS), ["---"] * 4 + ["---:"] * 5, *(_cells(r) for r in rows)]
     return "\n".join("| " + " | ".join(str(c).replace("|", "\\|") for c in line) + " |" for line in lines)

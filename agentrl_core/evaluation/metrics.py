@@ -10,6 +10,8 @@ import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
+from agentrl_core.evaluation.stats import format_rate, wilson_interval
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k estimate from n samples of which c succeeded (Chen et al. 2021).
@@ -54,12 +56,26 @@ class EvalSummary:
     pass_at_k: dict[int, float | None] = field(default_factory=dict)
     pass_at_k_tasks: dict[int, int] = field(default_factory=dict)  # tasks averaged for each pass@j
     n_errors: int = 0
+    task_success: dict[int, float] = field(default_factory=dict)
+    """Per task with a scored sample: its success rate over those samples (what paired comparisons use)."""
+    success_low: float | None = None
+    """95% Wilson interval of the success rate, over the `len(task_success)` scored tasks (see `summarize`)."""
+    success_high: float | None = None
+
+    @property
+    def n_scored_tasks(self) -> int:
+        return len(self.task_success)
+
+    def success_text(self) -> str:
+        """The success rate with its interval and n, e.g. "18.8% [6.6, 43.0] n=16"."""
+        return format_rate(self.success_rate, self.success_low, self.success_high, self.n_scored_tasks)
 
     def to_dict(self) -> dict:
-        """JSON-safe dict (pass@k keys as strings)."""
+        """JSON-safe dict (pass@k and task keys as strings)."""
         data = asdict(self)
         data["pass_at_k"] = {str(j): v for j, v in self.pass_at_k.items()}
         data["pass_at_k_tasks"] = {str(j): v for j, v in self.pass_at_k_tasks.items()}
+        data["task_success"] = {str(t): v for t, v in self.task_success.items()}
         return data
 
     @classmethod
@@ -68,6 +84,7 @@ class EvalSummary:
         fields = dict(data)
         fields["pass_at_k"] = {int(j): v for j, v in data["pass_at_k"].items()}
         fields["pass_at_k_tasks"] = {int(j): v for j, v in data.get("pass_at_k_tasks", {}).items()}
+        fields["task_success"] = {int(t): v for t, v in data.get("task_success", {}).items()}
         return cls(**fields)
 
 
@@ -104,6 +121,10 @@ def summarize(results: list[EpisodeResult], k: int | None = None) -> EvalSummary
     pass@j for j in {1, k}: per task n = its non-error samples, c = its successes, then the mean
     over tasks with n >= j (`pass_at_k_tasks` says how many). `k` defaults to the largest
     number of samples any task has.
+    task_success: each task's success rate over its scored samples. The 95% interval is Wilson's
+    around success_rate with n = the scored tasks: with k = 1 that is the usual binomial interval;
+    with k > 1 the samples of one task are not independent, so the task, not the episode, is the
+    unit (a wider, honest interval).
     """
     if not results:
         raise ValueError("summarize() needs at least one EpisodeResult")
@@ -113,17 +134,33 @@ def summarize(results: list[EpisodeResult], k: int | None = None) -> EvalSummary
         raise ValueError(f"k must be >= 1, got {k}")
     scored = [r for r in results if r.error is None]
     passes = {j: _pass_at(by_task, j) for j in sorted({1, k})}
+    per_task = _task_success(by_task)
+    rate = _mean([float(r.success) for r in scored])
+    low, high = wilson_interval(rate * len(per_task), len(per_task)) if per_task else (None, None)
     return EvalSummary(
         n_tasks=len(by_task),
         n_episodes=len(results),
         k=k,
-        success_rate=_mean([float(r.success) for r in scored]),
+        success_rate=rate,
         mean_reward=_mean([float(r.reward) for r in scored]),
         mean_steps=_mean([float(r.steps) for r in scored]),
         pass_at_k={j: value for j, (value, _) in passes.items()},
         pass_at_k_tasks={j: count for j, (_, count) in passes.items()},
         n_errors=len(results) - len(scored),
+        task_success=per_task,
+        success_low=low,
+        success_high=high,
     )
+
+
+def _task_success(by_task: dict[int, list[EpisodeResult]]) -> dict[int, float]:
+    """Success rate of each task over its scored samples (tasks with none are left out)."""
+    out = {}
+    for task, episodes in sorted(by_task.items()):
+        scored = [e for e in episodes if e.error is None]
+        if scored:
+            out[task] = sum(e.success for e in scored) / len(scored)
+    return out
 
 
 def _rounded(value: float | None, digits: int = 4) -> float | None:
@@ -136,6 +173,9 @@ def summary_rows(rows: dict[str, EvalSummary]) -> list[dict]:
         {
             "model": name,
             "success_rate": _rounded(s.success_rate),
+            "success_ci_low": _rounded(s.success_low),
+            "success_ci_high": _rounded(s.success_high),
+            "n_scored_tasks": s.n_scored_tasks,
             "pass@1": _rounded(s.pass_at_k.get(1)),
             "pass@k": _rounded(s.pass_at_k.get(s.k)),
             "k": s.k,
@@ -160,9 +200,9 @@ def _cells(rows: dict[str, EvalSummary]) -> tuple[list[str], list[list[str]]]:
     def num(value: float | None, digits: int) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"
 
-    header = ["model", "success", "pass@1", pass_k, "mean reward", "mean steps", "errors"]
+    header = ["model", "success [95% CI] n", "pass@1", pass_k, "mean reward", "mean steps", "errors"]
     body = [
-        [name, pct(s.success_rate), pct(s.pass_at_k.get(1)),
+        [name, s.success_text(), pct(s.pass_at_k.get(1)),
          pct(s.pass_at_k.get(s.k)) + (f" (k={s.k})" if mixed else ""),
          num(s.mean_reward, 3), num(s.mean_steps, 1), str(s.n_errors)]
         for name, s in rows.items()

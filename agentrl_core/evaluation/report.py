@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.evaluation.plots import draw_lines, plt
+from agentrl_core.evaluation.stats import Comparison, compare, format_rate
 from agentrl_core.training.metrics import read_metrics
 
-COLUMNS = ("model", "success_rate", "pass@1", "pass@k", "mean_reward", "mean_steps", "n_errors")
+COLUMNS = ("model", "success [95% CI] n", "pass@1", "pass@k", "mean_reward", "mean_steps", "n_errors")
 
 
 @dataclass
@@ -29,12 +30,36 @@ def eval_rows(evals: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     for label, s in evals.items():
         pak = s.get("pass_at_k", {})
         k = max((int(x) for x in pak), default=1)
-        rows.append({"model": label, "success_rate": round(s["success_rate"], 4),
+        low, high, n = s.get("success_low"), s.get("success_high"), len(s.get("task_success", {}))
+        rows.append({"model": label, "success [95% CI] n": format_rate(s["success_rate"], low, high, n),
+                     "success_rate": round(s["success_rate"], 4),
+                     "success_ci_low": None if low is None else round(low, 4),
+                     "success_ci_high": None if high is None else round(high, 4), "n_scored_tasks": n,
                      "pass@1": round(float(pak.get(1, pak.get("1", s["success_rate"]))), 4),
                      "pass@k": round(float(pak.get(k, pak.get(str(k), 0.0))), 4), "k": k,
                      "mean_reward": round(s["mean_reward"], 4), "mean_steps": round(s["mean_steps"], 3),
                      "n_errors": s.get("n_errors", 0), "n_tasks": s.get("n_tasks", 0)})
     return rows
+
+
+def comparisons(evals: Mapping[str, Mapping[str, Any]]) -> list[Comparison]:
+    """Each model against the one before it (base → SFT → GRPO), and the last against the first, on the
+    tasks both were scored on; models without per-task results are skipped."""
+    named = [(label, {int(t): float(v) for t, v in s.get("task_success", {}).items()}) for label, s in evals.items()]
+    named = [(label, per_task) for label, per_task in named if per_task]
+    pairs = list(zip(named[1:], named[:-1]))
+    if len(named) > 2:
+        pairs.append((named[-1], named[0]))
+    out = []
+    for (a, ta), (b, tb) in pairs:
+        if set(ta) & set(tb):
+            out.append(compare(ta, tb, (a, b)))
+    return out
+
+
+def comparison_lines(evals: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The comparisons as plain sentences, one per pair."""
+    return [c.text() for c in comparisons(evals)]
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
@@ -50,15 +75,25 @@ def plot_curves(stage_dirs: Mapping[str, Path], rows: list[dict[str, Any]], out:
     if not any(series.values()) and not rows:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    _plot_steps(axes[0], series.get("grpo", []), ("reward_mean", "success_rate"), "GRPO rollouts (train tasks)")
+    _plot_steps(axes[0], series.get("grpo", []), ("reward_mean", "success_rate", "val/success_rate"),
+                "GRPO: rollouts (train tasks), validation (held-out)")
     _plot_steps(axes[1], series.get("sft", []), ("loss",), "SFT loss")
-    axes[2].bar([r["model"] for r in rows], [r["success_rate"] or 0.0 for r in rows], color="tab:green")
-    axes[2].set(title="held-out success", ylim=(0, 1))
+    _plot_success(axes[2], rows)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
+
+
+def _plot_success(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Held-out success per model with its 95% interval as an error bar."""
+    rates = [r["success_rate"] or 0.0 for r in rows]
+    bounds = [(r.get("success_ci_low"), r.get("success_ci_high")) for r in rows]
+    low = [rate - (lo if lo is not None else rate) for rate, (lo, _) in zip(rates, bounds)]
+    high = [(hi if hi is not None else rate) - rate for rate, (_, hi) in zip(rates, bounds)]
+    ax.bar([r["model"] for r in rows], rates, color="tab:green", yerr=[low, high], capsize=4)
+    ax.set(title="held-out success (95% CI)", ylim=(0, 1))
 
 
 def _plot_steps(ax: Any, metrics: list[dict[str, Any]], keys: tuple[str, ...], title: str) -> None:
@@ -75,8 +110,15 @@ def write_report(run_dir: Path, evals: Mapping[str, Mapping[str, Any]], stage_di
     rows = eval_rows(evals)
     plot = plot_curves(stage_dirs, rows, out / "curves.png")
     lines = [f"# agentrl run `{Path(run_dir).name}`", "", "## Evaluation on held-out tasks", "", markdown_table(rows)]
+    compared = comparison_lines(evals)
+    if compared:
+        lines += ["", "## Paired comparisons (same tasks, 95% intervals)", "",
+                  *(f"- {line}" for line in compared),
+                  "", "A difference counts only when its whole interval is on one side of 0."]
     for key, value in (extra or {}).items():
         lines.append(f"- **{key}**: {value}")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
-    (out / "eval.json").write_text(json.dumps({"rows": rows, "evals": evals}, indent=2, default=str))
+    (out / "eval.json").write_text(json.dumps({"rows": rows, "evals": evals,
+                                               "comparisons": [c.to_dict() for c in comparisons(evals)]},
+                                              indent=2, default=str))
     return Report(out / "summary.md", plot, rows)

@@ -8,20 +8,13 @@ from typing import Any
 
 import torch
 
-from agentrl_core.config import EvalConfig
+from agentrl_core.config import EngineConfig, EvalConfig
 from agentrl_core.envs import EnvClient, RemoteEnv
 from agentrl_core.evaluation.metrics import EpisodeResult, EvalSummary, summarize
 from agentrl_core.models import load_model, load_tokenizer, resolve_model
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout import (
-    Engine,
-    EpisodeSpec,
-    HFEngine,
-    LoopLimits,
-    Trajectory,
-    run_episodes,
-    write_trajectories,
-)
+from agentrl_core.rollout import Engine, EpisodeSpec, LoopLimits, Trajectory, run_episodes, write_trajectories
+from agentrl_core.rollout.engines import make_engine
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -43,13 +36,19 @@ def evaluate_model(
     model: str | Path, *, env_name: str, env_url: str, cfg: EvalConfig, n_tasks: int, max_turns: int,
     max_context_tokens: int = 2048, dtype: str = "float32", autocast: str = "float32", out_dir: Path | None = None,
     on_progress: ProgressCallback | None = None, task_ids: Sequence[int] | None = None,
+    engine: EngineConfig | None = None,
 ) -> EvalSummary:
     """Play the first `n_tasks` test tasks (or exactly `task_ids`) k times each (sample j with seed
-    cfg.seed + j) with HFEngine. Trajectories go to `out_dir/trajectories.parquet` when `out_dir` is given.
+    cfg.seed + j) with the engine `engine` describes (default: auto, the native engine where it runs the
+    model; hf then plays cfg.batch_size episodes per batch). Trajectories go to
+    `out_dir/trajectories.parquet` when `out_dir` is given.
     """
     path = resolve_model(str(model))
     policy, tokenizer = load_model(path, dtype=dtype), load_tokenizer(path)
-    engine = HFEngine(policy, tokenizer, max_batch=cfg.batch_size, autocast=autocast)
+    engine_cfg = (engine or EngineConfig()).model_copy(update={"max_batch": cfg.batch_size})
+    if engine_cfg.kind not in ("auto", "native", "hf"):
+        engine_cfg = engine_cfg.model_copy(update={"kind": "auto"})  # the model is loaded here, in this process
+    engine = make_engine(engine_cfg, policy, tokenizer, autocast=autocast)
     trajs = play_eval_episodes(engine, tokenizer, env_name=env_name, env_url=env_url, cfg=cfg, n_tasks=n_tasks,
                                limits=LoopLimits(max_turns, max_context_tokens), on_progress=on_progress,
                                task_ids=task_ids)

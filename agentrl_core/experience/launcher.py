@@ -14,6 +14,7 @@ from typing import Iterator
 from agentrl_core.config import RecipeConfig
 from agentrl_core.envs.launcher import ServerProcess
 from agentrl_core.experience.errors import ExperienceStartError
+from agentrl_core.lifetime import CHILD_SESSION
 
 
 def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | None = None, *,
@@ -32,7 +33,8 @@ def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | Non
     child_env.setdefault("HF_HUB_OFFLINE", "1")
     child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
     with open(Path(workdir) / "server.log", "wb") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env,
+                                **CHILD_SESSION)  # out of the terminal's signals; it watches its parent
     server = ServerProcess(proc, host, workdir)
     try:
         server.wait_ready(port_file, port or 0, startup_timeout, what="experience pool", error=ExperienceStartError)

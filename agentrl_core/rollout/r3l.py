@@ -33,15 +33,14 @@ from agentrl_core.config import AlgorithmConfig, SamplingConfig
 from agentrl_core.envs.base import Env
 from agentrl_core.errors import AgentRLError
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout.agent_loop import (
+from agentrl_core.rollout.agent_loop import _generate, run_episodes
+from agentrl_core.rollout.episode import (
+    Episode,
     EpisodeSpec,
     LoopLimits,
-    _advance,
-    _close_quietly,
-    _Episode,
-    _finish,
-    _generate,
-    run_episodes,
+    advance,
+    close_quietly,
+    finish_episode,
 )
 from agentrl_core.rollout.engine import Engine, Generation
 from agentrl_core.rollout.trajectory import Trajectory
@@ -221,7 +220,7 @@ class _Retry:
 
     attempt: Trajectory
     reflection: Reflection
-    episode: _Episode
+    episode: Episode
     stored_prefix: int  # attempt ids kept (turns before the pivot)
     guided_prefix: int  # length of the live context at the pivot
 
@@ -244,13 +243,13 @@ def _open_retry(chat: ChatFormat, env_factory: Callable[[], Env], attempt: Traje
         rewards = replay(env, attempt, spec, pivot)
     except (AgentRLError, OSError) as err:
         info["retry"], info["retry_error"] = "skipped_env", f"{type(err).__name__}: {err}"
-        _close_quietly(env)
+        close_quietly(env)
         return None
     if rewards is None:
         info["retry"] = "skipped_replay"
-        _close_quietly(env)
+        close_quietly(env)
         return None
-    return _Retry(attempt, reflection, _Episode(_live_trajectory(attempt, sample, pivot, prefix, rewards, reflection),
+    return _Retry(attempt, reflection, Episode(_live_trajectory(attempt, sample, pivot, prefix, rewards, reflection),
                                                 env), starts[pivot], len(prefix))
 
 
@@ -277,11 +276,11 @@ def _play(engine: Engine, chat: ChatFormat, retries: list[_Retry], sampling: Sam
             break
         gens = _generate(engine, [r.episode for r in live], sampling, seed + 1000 * t)
         turns = [r.reflection.retry_step + t for r in live]  # each retry's absolute turn index
-        list(pool.map(lambda job: _advance(chat, job[0].episode, job[1], limits, job[2]), zip(live, gens, turns)))
+        list(pool.map(lambda job: advance(chat, job[0].episode, job[1], limits, job[2]), zip(live, gens, turns)))
     for r in retries:
         if r.episode.env is not None:  # still running after max_turns
             r.episode.traj.truncated = True
-            _finish(r.episode)
+            finish_episode(r.episode)
 
 
 def stored_retry(r: _Retry) -> Trajectory:

@@ -454,6 +454,7 @@ def launch_openai_server(
     import tempfile
 
     from agentrl_core.envs.launcher import ServerProcess
+    from agentrl_core.lifetime import CHILD_SESSION
 
     workdir = tempfile.mkdtemp(prefix="agentrl-openai-")
     port_file = Path(workdir) / "port"
@@ -470,7 +471,8 @@ def launch_openai_server(
     if api_key:
         env[API_KEY_ENV] = api_key
     with open(Path(workdir) / "server.log", "wb") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                **CHILD_SESSION)  # out of the terminal's signals; it watches its parent
     server = ServerProcess(proc, host, workdir)
     try:
         server.wait_ready(port_file, port or 0, startup_timeout, what="the OpenAI server",

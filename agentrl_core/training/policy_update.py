@@ -44,6 +44,9 @@ class UpdateContext:
     """L_max of DAPO's overlong shaping (the sampling's max_new_tokens); 0 when shaping is off."""
     backend: TrainBackend | None = None
     """Who applies the gradients; None: a TorchBackend over model, optimizer, scheduler and grad_clip."""
+    old_logprobs: str = "recompute"
+    """"recompute" (the policy before the update) or "engine" (the rollout engine's log-probs): see
+    TrainerConfig.old_logprobs."""
 
     def __post_init__(self) -> None:
         if self.backend is None:
@@ -102,7 +105,8 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     batch so micro-batching does not change it. Rewards are shaped first (overlong, KL in the
     reward) and advantages computed over the whole batch. The old log-probs are the policy's
     before the first step: with one epoch they equal the current ones (detached, ratio = 1, no
-    extra forward); with more they come from a no-grad pass and the PPO clip becomes active.
+    extra forward); with more they come from a no-grad pass and the PPO clip becomes active. With
+    ctx.old_logprobs = "engine" the engine's log-probs are used instead, and no pass is needed.
     """
     cfg = ctx.algorithm
     trajs = select_samples(trajs, cfg)
@@ -117,7 +121,7 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     full_mask = torch.cat([b.target_mask.sum(1) for b in batches])
     norm = alg.LossNorm(global_tokens=float(full_mask.sum().clamp(min=1)), global_seqs=float(len(trajs)),
                         scale_tokens=float(cfg.loss_scale_tokens))
-    olds = _old_logprobs(ctx, batches) if epochs > 1 else [None] * len(batches)
+    olds = _old_logprobs(ctx, batches, epochs)
     totals: dict[str, float] = {}
     for _ in range(epochs):
         for mb, old in zip(batches, olds):
@@ -143,8 +147,14 @@ def _logprobs(ctx: UpdateContext, model: Any, mb: MicroBatch) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _old_logprobs(ctx: UpdateContext, batches: list[MicroBatch]) -> list[torch.Tensor]:
-    return [_logprobs(ctx, ctx.model, mb) for mb in batches]
+def _old_logprobs(ctx: UpdateContext, batches: list[MicroBatch], epochs: int) -> list[torch.Tensor | None]:
+    """log π_old per micro-batch: the engine's, a no-grad forward (epochs > 1), or None (one epoch: the
+    current log-probs, detached, stand in)."""
+    if ctx.old_logprobs == "engine":
+        return [mb.engine_logprobs for mb in batches]
+    if epochs > 1:
+        return [_logprobs(ctx, ctx.model, mb) for mb in batches]
+    return [None] * len(batches)
 
 
 def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: torch.Tensor | None) -> dict[str, float]:

@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 
 DEEPSPEED_DIR = "deepspeed"
 """Sub-folder of a checkpoint holding DeepSpeed's engine/optimizer/schedule state (backend=deepspeed)."""
+
+
+StepCallback = Callable[[int, int, dict[str, float]], None]
+"""on_step(step, total_steps, metrics) after each optimizer step of a stage (progress reporting)."""
 
 
 @dataclass
@@ -107,6 +111,16 @@ class TrainingSession:
         return save_checkpoint(self.ckpt_root, step, model=self.adapter if self.adapter is not None else self.model,
                                tokenizer=self.tokenizer, optimizer=self.optimizer, scheduler=self.scheduler,
                                state=state, keep_last=keep_last)
+
+    def save_best(self, root: Path, step: int, extra: dict[str, Any] | None = None) -> Path:
+        """Write the current weights as the only checkpoint under `root` (no optimizer state: it is for
+        export, not for resuming); returns its folder."""
+        state = {"step": step, "init_model": self.init_model, "total_steps": self.total_steps, **(extra or {})}
+        if self.adapter is not None:
+            state.update(base_model=self.init_model, lora=self.lora)
+        model = _DeepSpeedWriter(self.backend, step) if self.uses_deepspeed else (
+            self.adapter if self.adapter is not None else self.model)
+        return save_checkpoint(root, step, model=model, tokenizer=self.tokenizer, state=state, keep_last=1)
 
     def last_checkpoint(self) -> Path:
         path = latest_checkpoint(self.ckpt_root)

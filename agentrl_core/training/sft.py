@@ -13,6 +13,7 @@ from agentrl_core.envs import EnvClient, RemoteEnv
 from agentrl_core.errors import ConfigError
 from agentrl_core.models import load_tokenizer
 from agentrl_core.models.chat import ChatFormat
+from agentrl_core.models.compute import resolve_compute_settings
 from agentrl_core.rollout import (
     Trajectory,
     collect_demos,
@@ -116,6 +117,7 @@ def load_or_collect_demos(cfg: RecipeConfig, stage_dir: Path, init_model: Path, 
 def train_sft(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: Path | None = None,
               on_step: StepCallback | None = None) -> StageResult:
     """Run (or resume) supervised fine-tuning on expert demonstrations; returns its last checkpoint."""
+    cfg = resolve_compute_settings(cfg, init_model)  # model.compute_dtype/cpu_threads auto -> this machine's
     stage_dir = stage_dir or cfg.run_dir / "sft"
     stage_dir.mkdir(parents=True, exist_ok=True)
     demos = load_or_collect_demos(cfg, stage_dir, init_model, env_url)

@@ -121,3 +121,27 @@ def test_kl_contract(name):
 def test_aggregation_contract(name):
     out = AGGREGATIONS[name](LOGP, MASK, LossNorm.for_batch(MASK, 4))
     assert out.shape == () and torch.isfinite(out)
+
+
+def test_algorithm_config_provides_every_setting_the_functions_read():
+    """algorithms/ types its cfg as the AlgorithmParams protocol (it never imports the config); the real
+    AlgorithmConfig must keep every one of those fields, with a compatible type."""
+    from typing import get_type_hints
+
+    params = get_type_hints(algorithms.AlgorithmParams)
+    fields = AlgorithmConfig.model_fields
+    missing = sorted(set(params) - set(fields))
+    assert not missing, f"AlgorithmConfig lacks {missing}, which the algorithm functions read"
+    for name, kind in params.items():
+        value = getattr(CFG, name)
+        assert isinstance(value, kind), f"AlgorithmConfig.{name} is {type(value).__name__}, the protocol says {kind}"
+
+
+def test_every_estimator_declares_what_its_baseline_needs():
+    builtin = {"grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "opmd", "r3l", "raft"}
+    assert builtin <= set(algorithms.ADVANTAGE_BASELINES)
+    assert {n for n, b in algorithms.ADVANTAGE_BASELINES.items() if b == "group"} == {
+        "grpo", "drgrpo", "rloo", "reinforce_pp_baseline", "opmd"}
+    assert algorithms.advantage_baseline("reinforce_pp") == "batch"
+    with pytest.raises(ConfigError, match="valid: drgrpo, grpo"):
+        algorithms.advantage_baseline("nope")

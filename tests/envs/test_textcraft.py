@@ -144,6 +144,8 @@ def test_invalid_commands_explain_and_never_raise() -> None:
         ("dance", "Could not execute dance. Use get, craft or inventory."),
         ("", "Could not execute (empty reply). Use get, craft or inventory."),
         ("inventory", "Inventory: You are not carrying anything."),
+        ("get 1 " + "x" * 100_000, "Could not execute a command of 100006 characters (at most 1000). Use get, craft "
+                                   "or inventory."),  # found by tests/envs/test_actions_fuzz.py: no 100 kB echo
     ]
     for action, message in cases:
         result = env.step(action)

@@ -109,17 +109,17 @@ def test_grid_is_idempotent_and_reevaluates_only_what_is_missing(tmp_path, regis
     stored = reg.evals(env="countdown")
     assert len(stored) == 4
     for r in stored:
-        assert (r.split, r.k, r.engine, r.n_tasks, r.run) == ("test", 2, "hf", 2, "r1")
+        assert (r.split, r.k, r.engine, r.n_tasks, r.run) == ("test", 2, "auto", 2, "r1")
         assert r.step == {checkpoints[0]: 10, checkpoints[1]: 20}[r.checkpoint_uri]
         assert r.metrics["n_episodes"] == 4 and r.metrics["sampling_seeds"] == [2 * r.seed, 2 * r.seed + 1]
         assert 0.0 <= r.success_rate <= 1.0 and 0.0 <= r.pass_at_k <= 1.0 and r.reward_mean is not None
-    slug = EvalJob(checkpoints[1], "countdown", 1, "test", 2, "hf").slug
-    assert re.fullmatch(r"step-20-[0-9a-f]{8}-countdown-test-s1-k2-hf", slug)
+    slug = EvalJob(checkpoints[1], "countdown", 1, "test", 2, "auto").slug
+    assert re.fullmatch(r"step-20-[0-9a-f]{8}-countdown-test-s1-k2-auto", slug)
     trajs = read_trajectories(tmp_path / "trajs" / slug / "trajectories.parquet")
     assert sorted(t.sample for t in trajs) == [0, 0, 1, 1] and len({t.task_id for t in trajs}) == 2
 
     assert run_grid(grid, reg, {"countdown": countdown_url}) == []  # everything is there: nothing runs
-    assert reg.delete_eval(checkpoint_uri=checkpoints[1], env="countdown", split="test", seed=1, k=2, engine="hf")
+    assert reg.delete_eval(checkpoint_uri=checkpoints[1], env="countdown", split="test", seed=1, k=2, engine="auto")
     again = run_grid(grid, reg, {"countdown": countdown_url})
     assert [(r.checkpoint_uri, r.seed) for r in again] == [(checkpoints[1], 1)]
     assert len(reg.evals()) == 4

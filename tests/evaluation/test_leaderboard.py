@@ -54,11 +54,13 @@ def test_different_k_or_engine_are_separate_rows():
 def test_markdown_table():
     text = to_markdown(leaderboard(RECORDS))
     lines = text.splitlines()
-    assert lines[0] == "| checkpoint | run | step | env | success | pass@k | reward | n |"
-    assert lines[1] == "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"
-    assert lines[3] == "| /ck/a | r1 | 10 | countdown | 50.0% ± 35.4 | 75.0% (k=2) | 0.550 | 2 seeds × 4 tasks |"
-    assert lines[2] == "| /ck/a | r1 | 10 | alfworld | 100.0% | 100.0% (k=2) | 1.000 | 1 seed × 4 tasks |"
-    assert lines[5] == "| /ck/c | r1 | 30 | countdown | n/a | n/a (k=2) | n/a | 1 seed × 4 tasks |"
+    assert lines[0] == "| checkpoint | run | step | env | success | 95% CI | pass@k | reward | n |"
+    assert lines[1] == "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    # 2 of 4 tasks: Wilson [15.0, 85.0]; 4 of 4: [51.0, 100.0] (the task is the unit, not the seed)
+    assert lines[3] == ("| /ck/a | r1 | 10 | countdown | 50.0% ± 35.4 | [15.0, 85.0] | 75.0% (k=2) | 0.550 | "
+                        "2 seeds × 4 tasks |")
+    assert lines[2] == "| /ck/a | r1 | 10 | alfworld | 100.0% | [51.0, 100.0] | 100.0% (k=2) | 1.000 | 1 seed × 4 tasks |"
+    assert lines[5] == "| /ck/c | r1 | 30 | countdown | n/a | n/a | n/a (k=2) | n/a | 1 seed × 4 tasks |"
     assert len(lines) == 2 + 4
 
 

@@ -115,7 +115,8 @@ def test_summary_rows_are_json_safe():
     rows = summary_rows(_two_models())
     assert json.loads(json.dumps(rows)) == rows
     assert rows[0] == {
-        "model": "base", "success_rate": 0.2727, "pass@1": 0.3056, "pass@k": 0.5, "k": 4,
+        "model": "base", "success_rate": 0.2727, "success_ci_low": 0.043, "success_ci_high": 0.7576,
+        "n_scored_tasks": 3, "pass@1": 0.3056, "pass@k": 0.5, "k": 4,
         "mean_reward": 0.2818, "mean_steps": 6.36, "n_tasks": 3, "n_errors": 1,
     }
     assert rows[1]["success_rate"] == 1.0 and rows[1]["n_errors"] == 0
@@ -123,24 +124,25 @@ def test_summary_rows_are_json_safe():
 
 def test_render_table_aligns_columns():
     lines = render_table(_two_models()).splitlines()
-    assert lines[0].split() == ["model", "success", "pass@1", "pass@4", "mean", "reward", "mean", "steps", "errors"]
+    assert lines[0].split() == ["model", "success", "[95%", "CI]", "n", "pass@1", "pass@4", "mean", "reward", "mean",
+                                "steps", "errors"]
     assert set(lines[1]) == {"-", " "}
-    assert lines[2].split() == ["base", "27.3%", "30.6%", "50.0%", "0.282", "6.4", "1"]
-    assert lines[3].split() == ["grpo", "100.0%", "100.0%", "100.0%", "1.000", "2.0", "0"]
+    assert lines[2].split() == ["base", "27.3%", "[4.3,", "75.8]", "n=3", "30.6%", "50.0%", "0.282", "6.4", "1"]
+    assert lines[3].split() == ["grpo", "100.0%", "[34.2,", "100.0]", "n=2", "100.0%", "100.0%", "1.000", "2.0", "0"]
     assert len({len(line) for line in lines}) == 1  # every line padded to the same width
 
 
 def test_to_markdown_table():
     md = to_markdown(_two_models()).splitlines()
-    assert md[0] == "| model | success | pass@1 | pass@4 | mean reward | mean steps | errors |"
+    assert md[0] == "| model | success [95% CI] n | pass@1 | pass@4 | mean reward | mean steps | errors |"
     assert md[1] == "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-    assert md[2] == "| base | 27.3% | 30.6% | 50.0% | 0.282 | 6.4 | 1 |"
+    assert md[2] == "| base | 27.3% [4.3, 75.8] n=3 | 30.6% | 50.0% | 0.282 | 6.4 | 1 |"
 
 
 def test_tables_mark_mixed_k_and_missing_values():
     rows = _two_models()
     rows["broken"] = summarize([EpisodeResult(0, 0, 0.0, False, 0, error="crash")])
     md = to_markdown(rows)
-    assert "| model | success | pass@1 | pass@k |" in md
+    assert "| model | success [95% CI] n | pass@1 | pass@k |" in md
     assert "50.0% (k=4)" in md
     assert "| broken | n/a | n/a | n/a (k=1) | n/a | n/a | 1 |" in md

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl_core.algorithms.advantages_plus import r3l_advantage
+from agentrl_core.algorithms.r3l import r3l_advantage
 from agentrl_core.config import AlgorithmConfig, SamplingConfig
 from agentrl_core.envs import make
 from agentrl_core.envs.base import Env, StepResult

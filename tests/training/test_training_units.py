@@ -126,6 +126,50 @@ def test_update_with_ppo_epochs_reports_clipping(tiny_model_path):
     assert changed
 
 
+def _with_engine_logprobs(model_path, trajs, shift: float = 0.0) -> list[Trajectory]:
+    """The batch with its engine log-probs set to the model's own (plus `shift`): an on-policy engine."""
+    model = load_model(model_path)
+    mb = collate(trajs, list(range(len(trajs))), pad_id=0)
+    with torch.no_grad():
+        lp = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.target_mask).logprobs
+    for i, t in enumerate(trajs):
+        row = [0.0] + lp[i, : len(t.token_ids) - 1].tolist()  # logprobs[j] is that of token j
+        t.logprobs = [v + shift if m else 0.0 for v, m in zip(row, t.loss_mask)]
+    return trajs
+
+
+def test_engine_logprobs_stand_in_for_the_old_policy_forward(tiny_model_path, monkeypatch):
+    from agentrl_core.training import policy_update as pu
+
+    cfg = AlgorithmConfig(clip_ratio_low=0.01, clip_ratio_high=0.01)
+    calls = []
+    real = pu._logprobs
+    monkeypatch.setattr(pu, "_logprobs", lambda *a: calls.append(1) or real(*a))
+    recompute = policy_update(_ctx(tiny_model_path, cfg), _with_engine_logprobs(tiny_model_path, batch()), epochs=2)
+    forwards_recompute, calls[:] = len(calls), []
+    engine = policy_update(_ctx(tiny_model_path, cfg, old_logprobs="engine"),
+                           _with_engine_logprobs(tiny_model_path, batch()), epochs=2)
+    assert forwards_recompute == 1 and calls == []  # the old-policy pass is gone
+    assert engine["pg_loss"] == pytest.approx(recompute["pg_loss"], abs=1e-5)  # on-policy: the same loss
+    off = policy_update(_ctx(tiny_model_path, cfg, old_logprobs="engine"),
+                        _with_engine_logprobs(tiny_model_path, batch(), shift=-0.5), epochs=1)
+    on = policy_update(_ctx(tiny_model_path, cfg, old_logprobs="engine"),
+                       _with_engine_logprobs(tiny_model_path, batch()), epochs=1)
+    assert on["clipfrac"] == 0.0  # ratio 1 up to numerics
+    assert off["clipfrac"] > 0.3  # ratio exp(0.5) against the engine: clipped even in the first epoch
+
+
+def test_engine_logprobs_refuse_rollouts_the_engine_did_not_see():
+    from agentrl_core.config import RecipeConfig
+
+    with pytest.raises(ValueError, match="old_logprobs=engine"):
+        RecipeConfig.model_validate({"trainer": {"old_logprobs": "engine"},
+                                     "algorithm": {"r3l_retry": True, "advantage": "r3l", "policy_loss": "opmd"}})
+    with pytest.raises(ValueError, match="keep_in_context"):
+        RecipeConfig.model_validate({"trainer": {"old_logprobs": "engine"},
+                                     "experience": {"enabled": True, "keep_in_context": False}})
+
+
 # -- the algorithm family's data-side pieces, wired into the update ----------------------------------
 def _ctx(model_path, cfg: AlgorithmConfig, **kw):
     torch.manual_seed(0)

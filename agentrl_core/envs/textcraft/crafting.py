@@ -18,6 +18,8 @@ from functools import cached_property
 from agentrl_core.envs.textcraft.recipes import Recipe, display_name, item_key
 
 MAX_GET = 1000  # the most of one item a single `get` fetches
+MAX_COMMAND_CHARS = 1000
+"""Longest command that is parsed; real ones are a few dozen characters."""
 _GET = re.compile(r"^get (\d+) (.+)$")
 _CRAFT = re.compile(r"^craft (?:(\d+) )?(.+?) using (.+)$")
 _COUNT = re.compile(r"^(\d+) (.+)$")
@@ -117,6 +119,9 @@ class Crafter:
     def run(self, reply: str) -> Outcome:
         """Apply one reply; an invalid command returns an explanatory message, never raises."""
         command = command_of(reply)
+        if len(command) > MAX_COMMAND_CHARS:  # the messages below quote the command: keep observations short
+            return Outcome(f"Could not execute a command of {len(command)} characters (at most "
+                           f"{MAX_COMMAND_CHARS}). Use get, craft or inventory.")
         if command in ("inventory", "check inventory", "i"):
             return Outcome(self.describe_inventory())
         if match := _GET.match(command):

@@ -1,0 +1,135 @@
+"""The local Prefect API of `agentrl run`: Prefect's temporary server, out of the terminal's signals, dying with it.
+
+Prefect's own ephemeral mode starts the same server as a plain child in the terminal's process
+group: a Ctrl-C killed it before the interrupted flow could record its state, and a SIGTERM to the
+CLI alone left it running, re-parented to init. This one is started in its own session (a signal
+aimed at the terminal's group does not reach it), watches its parent (the kernel's parent-death
+signal, and a watchdog thread), is tracked for a second Ctrl-C, and is stopped after the flow.
+Same app, same settings, same database (PREFECT_HOME) as ephemeral mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import httpx
+
+from agentrl_core import lifetime
+
+EPHEMERAL_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+"""What Prefect's ephemeral mode sets for its server process."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _child_env() -> dict[str, str]:
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings().to_environment_variables(exclude_unset=True)
+    return {**os.environ, **EPHEMERAL_ENV, **{k: str(v) for k, v in settings.items()}}
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the Prefect server exited with code {proc.returncode} while starting; its log ends "
+                               f"with:\n{log.read_text(errors='replace')[-2000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"the Prefect server did not answer {url}/health within {timeout_s:g} s "
+                       "(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)")
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def start_server(timeout_s: float | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the server (own session, parent watch, tracked); (process, API url) once healthy."""
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+
+    port = _free_port()
+    log = Path(tempfile.mkdtemp(prefix="agentrl-prefect-")) / "server.log"
+    cmd = [sys.executable, "-m", "agentrl.prefect_server", "--port", str(port), "--parent-pid", str(os.getpid())]
+    with open(log, "wb") as out:
+        proc = lifetime.track(subprocess.Popen(cmd, env=_child_env(), stdin=subprocess.DEVNULL, stdout=out,
+                                               stderr=subprocess.STDOUT, **lifetime.CHILD_SESSION))
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        _wait_healthy(proc, url, log, timeout_s or PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, url
+
+
+@contextmanager
+def local_prefect_api() -> Iterator[str]:
+    """The Prefect API for the block: PREFECT_API_URL when set (a real server, left alone), else a
+    temporary server started here and stopped after (its pending logs sent first)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if PREFECT_API_URL.value():
+        yield str(PREFECT_API_URL.value())
+        return
+    proc, url = start_server()
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            try:
+                yield url
+            finally:
+                _flush_logs()
+    finally:
+        _stop(proc)
+
+
+def _flush_logs() -> None:
+    from prefect.logging.handlers import APILogWorker
+
+    try:
+        APILogWorker.drain_all(timeout=5)
+    except Exception:  # noqa: BLE001 - best effort: the run's outcome is already recorded
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The server process: die with the parent, then serve Prefect's app (ephemeral settings from the env)."""
+    p = argparse.ArgumentParser(prog="python -m agentrl.prefect_server")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--parent-pid", type=int, required=True)
+    args = p.parse_args(argv)
+    lifetime.set_parent_death_signal(args.parent_pid, signal.SIGTERM)
+    lifetime.watch_parent(args.parent_pid)
+    import uvicorn
+
+    uvicorn.run("prefect.server.api.server:create_app", factory=True, host="127.0.0.1", port=args.port,
+                log_level="error", lifespan="on")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The machine a figure was measured on: CPU model, the instruction sets that decide speed, usable cores."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+"""The /proc/cpuinfo flags that change which kernels torch and oneDNN run (bf16 needs avx512_bf16 or AMX)."""
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What a benchmark or a cached measurement must name to be read against its machine."""
+
+    model: str
+    """The CPU's model name (e.g. "AMD EPYC 9B45"; virtual machines often report less)."""
+    flags: tuple[str, ...]
+    """Which of SPEED_FLAGS the CPU has."""
+    cores: int
+    """Logical CPUs online."""
+    usable_cores: int
+    """CPUs this process may use: its affinity mask, capped by a cgroup CPU quota (containers)."""
+    torch_capability: str | None
+    """torch's ATen kernel level (AVX2, AVX512, ...); None when torch is not asked."""
+    onednn_bf16: bool | None
+    """Whether oneDNN has bf16 kernels for this CPU (torch.ops.mkldnn._is_mkldnn_bf16_supported)."""
+
+    def describe(self) -> str:
+        """One line, e.g. "AMD EPYC, 2 cores (2 usable), avx2 avx512f avx512_bf16, torch AVX512, oneDNN bf16 yes"."""
+        flags = " ".join(self.flags) or "none of " + "/".join(SPEED_FLAGS)
+        parts = [self.model, f"{self.cores} cores ({self.usable_cores} usable)", flags]
+        if self.torch_capability is not None:
+            parts.append(f"torch {self.torch_capability}")
+        if self.onednn_bf16 is not None:
+            parts.append(f"oneDNN bf16 {'yes' if self.onednn_bf16 else 'no'}")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _cpuinfo_fields(text: str) -> tuple[str, set[str]]:
+    """(model name, flags) of the first processor block of a /proc/cpuinfo text."""
+    model, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    return model, flags
+
+
+def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """CPUs allowed by a cgroup v2 quota (`cpu.max` "QUOTA PERIOD", rounded up); None when unlimited."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return max(1, math.ceil(int(quota) / int(period)))
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on: the affinity mask, capped by a cgroup CPU quota.
+
+    torch's default thread count is the machine's physical cores, which in a container limited to a
+    few CPUs oversubscribes them (every parallel region then waits for descheduled threads).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return min(cores, limit) if limit else cores
+
+
+def _torch_cpu_facts() -> tuple[str | None, bool | None]:
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    capability = torch.backends.cpu.get_cpu_capability()
+    try:
+        bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        bf16 = False
+    return capability, bf16
+
+
+def cpu_info(*, with_torch: bool = True, cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
+    """This machine's CpuInfo (torch's view included unless `with_torch` is False)."""
+    try:
+        model, flags = _cpuinfo_fields(cpuinfo.read_text(errors="replace"))
+    except OSError:
+        model, flags = "", set()
+    capability, bf16 = _torch_cpu_facts() if with_torch else (None, None)
+    return CpuInfo(model=model or platform.processor() or platform.machine() or "unknown CPU",
+                   flags=tuple(f for f in SPEED_FLAGS if f in flags), cores=os.cpu_count() or 1,
+                   usable_cores=usable_cores(), torch_capability=capability, onednn_bf16=bf16)
+
+
+def describe_cpu(with_torch: bool = True) -> str:
+    """One line naming this machine's CPU, for benchmark output, CI logs and cached measurements."""
+    return "CPU: " + cpu_info(with_torch=with_torch).describe()
+
+
+if __name__ == "__main__":  # `python -m agentrl_core.hardware`: what CI prints before the tests
+    print(describe_cpu())

@@ -1,0 +1,143 @@
+"""The continuous agent loop: every episode generates and steps its environment on its own clock.
+
+With an engine that supports it (`engine.continuous`, the native engine), episodes do not move in
+lock-step. An episode's reply is submitted as soon as its context is ready; when the reply is
+finished, its environment step runs on a worker thread while the engine keeps decoding the other
+episodes; the observation is appended and the next turn submitted. Nobody waits for the slowest
+episode of a turn, and environment time hides behind decoding.
+
+The schedule does not depend on timing, so a seeded run repeats exactly: the environment step of
+a reply finished at engine step s is joined at engine step s + `env_lag` (waiting for it then if
+it is late), and episodes rejoin in index order. Each episode samples from its own generator,
+seeded from (seed, episode index), so its draws do not depend on the batch it shares.
+
+Failures stay data, as in the lock-step loop: an environment error ends that episode with
+`error` set; an engine error (e.g. out of memory) fails the episodes it was generating for.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+from agentrl_core.config import SamplingConfig
+from agentrl_core.envs.base import Env
+from agentrl_core.models.chat import ChatFormat
+from agentrl_core.rollout.episode import Episode, EpisodeSpec, LoopLimits, advance, finish_episode, open_episode
+from agentrl_core.rollout.native.engine import make_generator
+from agentrl_core.rollout.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+ENV_LAG_STEPS = 1
+"""Engine steps an environment call may take before the loop waits for it (each step decodes every
+other live episode, so light environments never make it wait)."""
+
+
+def run_continuous(
+    engine: Any, chat: ChatFormat, env_factory: Callable[[], Env], specs: Sequence[EpisodeSpec],
+    sampling: SamplingConfig, limits: LoopLimits, *, seed: int = 0, workers: int = 8,
+    on_turn: Callable[[int, int], None] | None = None, env_lag: int = ENV_LAG_STEPS,
+) -> list[Trajectory]:
+    """Play every spec to the end through a continuous engine; one trajectory per spec, in order."""
+    with ThreadPoolExecutor(max_workers=max(workers, min(64, len(specs)))) as pool:
+        episodes = list(pool.map(lambda s: open_episode(env_factory, chat, s), specs))
+        _Loop(engine, chat, episodes, sampling, limits, seed, pool, env_lag, on_turn).run()
+    return [e.traj for e in episodes]
+
+
+class _Loop:
+    """The state of one continuous run: which episode waits on the engine, which on its environment."""
+
+    def __init__(self, engine: Any, chat: ChatFormat, episodes: list[Episode], sampling: SamplingConfig,
+                 limits: LoopLimits, seed: int, pool: ThreadPoolExecutor, env_lag: int,
+                 on_turn: Callable[[int, int], None] | None) -> None:
+        self.engine, self.chat, self.episodes, self.sampling, self.limits = engine, chat, episodes, sampling, limits
+        self.pool, self.env_lag, self.on_turn = pool, max(0, env_lag), on_turn
+        sampled = sampling.temperature > 0
+        self.generators = [make_generator(seed, i, engine.device) if sampled else None for i in range(len(episodes))]
+        self.keys = [object() for _ in episodes]  # engine sequence names, unique to this run
+        self.played = [0] * len(episodes)  # turns each episode has played
+        self.done = [ep.env is None for ep in episodes]
+        self.owner: dict[int, int] = {}  # engine request id -> episode index
+        self.env_jobs: dict[int, tuple[Future[None], int]] = {}  # episode index -> (env step, due engine step)
+        self.clock = 0
+        self.reported = 0
+
+    def run(self) -> None:
+        for i, ep in enumerate(self.episodes):
+            if ep.env is not None:
+                self._submit(i)
+        while True:
+            self._join_due()
+            if self.engine.has_work():
+                self._engine_step()
+                self.clock += 1
+            elif self.env_jobs:
+                self.clock = min(due for _, due in self.env_jobs.values())
+            else:
+                break
+        self._report_progress()
+
+    def _submit(self, i: int) -> None:
+        rid = self.engine.submit(self.episodes[i].traj.token_ids, self.sampling, key=self.keys[i],
+                                 generator=self.generators[i])
+        self.owner[rid] = i
+
+    def _engine_step(self) -> None:
+        try:
+            finished = self.engine.step()
+        except (RuntimeError, ValueError) as err:  # e.g. out of memory: fail these episodes, keep the run
+            log.exception("engine failed with %d episodes generating", len(self.owner))
+            self._fail_generating(err)
+            return
+        for f in finished:
+            i = self.owner.pop(f.rid)
+            gen: Any = f.generation if f.error is None else RuntimeError(f.error)
+            job = self.pool.submit(advance, self.chat, self.episodes[i], gen, self.limits, self.played[i])
+            self.env_jobs[i] = (job, self.clock + self.env_lag)
+
+    def _fail_generating(self, err: Exception) -> None:
+        self.engine.abort()
+        for i in self.owner.values():
+            ep = self.episodes[i]
+            ep.traj.error = f"engine failed: {type(err).__name__}: {err}"
+            finish_episode(ep)
+            self.done[i] = True
+        self.owner.clear()
+
+    def _join_due(self) -> None:
+        """Collect the environment steps due by now (in episode order) and start the next turns."""
+        for i in sorted(i for i, (_, due) in self.env_jobs.items() if due <= self.clock):
+            job, _ = self.env_jobs.pop(i)
+            job.result()  # advance() records env failures on the trajectory; anything else is a bug
+            self._after_env(i)
+        self._report_progress()
+
+    def _after_env(self, i: int) -> None:
+        ep = self.episodes[i]
+        self.played[i] += 1
+        if ep.env is not None and self.played[i] >= self.limits.max_turns:
+            ep.traj.truncated = True  # still running after max_turns
+            finish_episode(ep)
+        if ep.env is None:
+            self.done[i] = True
+            self.engine.release(self.keys[i])
+        else:
+            self._submit(i)
+
+    def _report_progress(self) -> None:
+        """on_turn(t, n) once every episode has played turn t or ended, n = the episodes that played turn t
+        (what the lock-step loop reports after each turn)."""
+        if self.on_turn is None:
+            return
+        done = min((self.limits.max_turns if d else p for d, p in zip(self.done, self.played)),
+                   default=self.limits.max_turns)
+        while self.reported < done:
+            live = sum(p > self.reported for p in self.played)
+            if live == 0:
+                self.reported = self.limits.max_turns
+                return
+            self.on_turn(self.reported, live)
+            self.reported += 1

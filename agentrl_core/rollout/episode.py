@@ -1,0 +1,120 @@
+"""One episode of the agent loop: its spec, its state, and the transitions both loops share."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from agentrl_core.envs.base import Env, StepResult
+from agentrl_core.errors import AgentRLError
+from agentrl_core.models.chat import ChatFormat
+from agentrl_core.rollout.engine import Generation
+from agentrl_core.rollout.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """Which task to play, in which GRPO group, as which sample, with which env seed."""
+
+    task_id: int
+    group: int = 0
+    sample: int = 0
+    seed: int | None = None
+    context: str | None = None
+    """Text appended to the first observation (e.g. retrieved experience, experience/mixing.py)."""
+
+
+@dataclass
+class Episode:
+    """A trajectory being played and its environment session (None once the episode has ended)."""
+
+    traj: Trajectory
+    env: Env | None
+
+
+@dataclass(frozen=True)
+class LoopLimits:
+    """Bounds of one episode: model turns and context tokens."""
+
+    max_turns: int
+    max_context_tokens: int
+
+
+def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: EpisodeSpec) -> Episode:
+    """Create and reset an environment for `spec` and render the opening prompt; a failed reset is
+    recorded on the trajectory (`error`) and gives an already-ended episode."""
+    env = None
+    traj = Trajectory(task_id=spec.task_id, env="", group=spec.group, sample=spec.sample)
+    try:
+        env = env_factory()
+        traj.env = env.name
+        obs, _info = env.reset(task_id=spec.task_id, seed=spec.seed)
+        if spec.context:  # recorded so the block can be found (and stripped) later
+            obs, traj.extra["context"] = f"{obs}\n\n{spec.context}", spec.context
+        traj.messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
+        traj.append(chat.prompt_ids(traj.messages), trainable=False)
+        traj.prompt_len = len(traj.token_ids)
+    except (AgentRLError, OSError) as err:
+        traj.error = f"reset failed: {type(err).__name__}: {err}"
+        close_quietly(env)
+        return Episode(traj, None)
+    return Episode(traj, env)
+
+
+def advance(chat: ChatFormat, ep: Episode, gen: Generation | Exception, limits: LoopLimits, turn: int) -> None:
+    """Append the reply, step the environment, append its observation (or end the episode)."""
+    traj = ep.traj
+    if isinstance(gen, Exception):
+        traj.error = f"engine failed: {type(gen).__name__}: {gen}"
+        return finish_episode(ep)
+    traj.append(gen.token_ids, trainable=True, logprobs=gen.logprobs)
+    if gen.finish_reason != "stop":  # close the turn so the template stays well-formed
+        traj.append([chat.eos_id], trainable=False)
+    reply = chat.decode_reply(gen.token_ids)
+    traj.messages.append({"role": "assistant", "content": reply})
+    traj.num_turns = turn + 1
+    try:
+        result = ep.env.step(reply)
+    except (AgentRLError, OSError) as err:
+        traj.error = f"step failed: {type(err).__name__}: {err}"
+        return finish_episode(ep)
+    _record(traj, result)
+    if result.terminated or result.truncated:
+        return finish_episode(ep)
+    _append_observation(chat, ep, result.observation, limits)
+
+
+def _record(traj: Trajectory, result: StepResult) -> None:
+    traj.turn_rewards.append(float(result.reward))
+    traj.reward = float(sum(traj.turn_rewards))
+    traj.success = bool(result.info.get("success", False))
+    traj.terminated, traj.truncated = result.terminated, result.truncated
+
+
+def _append_observation(chat: ChatFormat, ep: Episode, observation: str, limits: LoopLimits) -> None:
+    ids = chat.user_turn_ids(observation)
+    if len(ep.traj.token_ids) + len(ids) >= limits.max_context_tokens:
+        ep.traj.truncated = True
+        ep.traj.extra["truncated_by"] = "context"
+        return finish_episode(ep)
+    ep.traj.append(ids, trainable=False)
+    ep.traj.messages.append({"role": "user", "content": observation})
+
+
+def finish_episode(ep: Episode) -> None:
+    """End the episode: close its environment session."""
+    close_quietly(ep.env)
+    ep.env = None
+
+
+def close_quietly(env: Env | None) -> None:
+    """Close a session, logging (not raising) a failure: the episode is over either way."""
+    if env is None:
+        return
+    try:
+        env.close()
+    except (AgentRLError, OSError):  # the episode is over; a failed close only leaks a session
+        log.warning("closing an environment session failed", exc_info=True)

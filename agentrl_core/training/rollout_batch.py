@@ -1,0 +1,103 @@
+"""The rollout side of a GRPO step: its tasks, its episodes (with DAPO's refills), what trains, its metrics."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Sequence
+
+import torch
+
+from agentrl_core import algorithms as alg
+from agentrl_core.config import RecipeConfig
+from agentrl_core.experience.rollout_hooks import experience_specs
+from agentrl_core.models.chat import ChatFormat
+from agentrl_core.rollout import EpisodeSpec, LoopLimits, Trajectory, run_episodes
+from agentrl_core.rollout.engine import Engine
+from agentrl_core.rollout.r3l import r3l_metrics, run_r3l_episodes, settings_from
+
+
+def step_tasks(train_ids: Sequence[int], step: int, cfg: RecipeConfig, round_: int = 0, k: int | None = None) -> list[int]:
+    """The tasks of one step: a deterministic draw from (seed, step[, refill round]), so a resumed run sees the same."""
+    rng = random.Random(cfg.trainer.seed * 1_000_003 + step + round_ * 7_777_777)
+    return rng.sample(list(train_ids), min(k or cfg.rollout.tasks_per_step, len(train_ids)))
+
+
+def round_specs(tasks: Sequence[int], step: int, round_: int, cfg: RecipeConfig) -> tuple[list[EpisodeSpec], int]:
+    """(specs, sampling seed) of one rollout round: `group_size` samples of each task, group ids unique
+    across refill rounds, the seed a function of (trainer seed, step, round) so a resumed run replays it."""
+    base = round_ * 1_000_000
+    specs = [EpisodeSpec(task_id=t, group=base + g, sample=s)
+             for g, t in enumerate(tasks) for s in range(cfg.rollout.group_size)]
+    return specs, cfg.trainer.seed * 7919 + step * 104_729 + round_ * 15_485_863
+
+
+def _rollout_round(engine: Engine, chat: ChatFormat, env_factory: Callable[[], Any], tasks: Sequence[int],
+                   step: int, round_: int, cfg: RecipeConfig) -> list[Trajectory]:
+    """Roll out `group_size` samples of each task (plus their R3L retries when algorithm.r3l_retry);
+    group ids are unique across refill rounds."""
+    specs, seed = round_specs(tasks, step, round_, cfg)
+    if cfg.experience.enabled:  # mixed rollout: the chosen samples get retrieved experience in their first message
+        specs = experience_specs(specs, env_factory, step, round_, cfg)
+    limits = LoopLimits(cfg.env.max_turns, cfg.rollout.max_context_tokens)
+    if cfg.algorithm.r3l_retry:  # reflect-then-retry: failed attempts add retries to their groups
+        return run_r3l_episodes(engine, chat, env_factory, specs, cfg.rollout.sampling, limits,
+                                settings_from(cfg.algorithm), seed=seed)
+    return run_episodes(engine, chat, env_factory, specs, cfg.rollout.sampling, limits, seed=seed)
+
+
+def usable_trajectories(trajs: Sequence[Trajectory]) -> list[Trajectory]:
+    """Trajectories that can train: no env/engine error and at least one model token."""
+    return [t for t in trajs if t.error is None and t.response_tokens > 0]
+
+
+def _informative(trajs: Sequence[Trajectory]) -> list[Trajectory]:
+    """DAPO's filter: the samples of groups whose rewards are not all equal (errored samples dropped)."""
+    ok = usable_trajectories(trajs)
+    if not ok:
+        return []
+    keep = alg.dynamic_sampling_keep(torch.tensor([t.reward for t in ok], dtype=torch.float32),
+                                     torch.tensor([t.group for t in ok], dtype=torch.long))
+    return [t for t, k in zip(ok, keep.tolist()) if k]
+
+
+def rollout_batch(engine: Engine, chat: ChatFormat, env_factory: Callable[[], Any], train_ids: Sequence[int],
+                  step: int, cfg: RecipeConfig) -> tuple[list[Trajectory], list[Trajectory], int]:
+    """(every trajectory rolled out, the ones to train on, rounds used).
+
+    Without dynamic sampling one round, training on every usable trajectory. With it (DAPO), groups
+    whose rewards are all equal are dropped and more tasks are rolled out until tasks_per_step
+    informative groups are kept or dynamic_sampling_max_rounds is reached; then whole groups are
+    kept, at most tasks_per_step of them.
+    """
+    tasks = step_tasks(train_ids, step, cfg)
+    every = _rollout_round(engine, chat, env_factory, tasks, step, 0, cfg)
+    if not cfg.algorithm.dynamic_sampling:
+        return every, usable_trajectories(every), 1
+    kept, rounds = _informative(every), 1
+    while rounds < cfg.algorithm.dynamic_sampling_max_rounds:
+        missing = alg.groups_still_needed(torch.tensor([t.group for t in kept], dtype=torch.long), len(tasks))
+        if missing == 0:
+            break
+        extra = _rollout_round(engine, chat, env_factory, step_tasks(train_ids, step, cfg, rounds, missing), step,
+                               rounds, cfg)
+        every, kept, rounds = every + extra, kept + _informative(extra), rounds + 1
+    chosen = sorted({t.group for t in kept})[: len(tasks)]
+    return every, [t for t in kept if t.group in set(chosen)], rounds
+
+
+def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Reward, success, length and signal statistics of one batch (errors excluded, counted); r3l/* with R3L."""
+    ok = [t for t in trajs if t.error is None]
+    n = max(1, len(ok))
+    groups: dict[int, set[float]] = {}
+    for t in ok:
+        groups.setdefault(t.group, set()).add(t.reward)
+    return {
+        "reward_mean": sum(t.reward for t in ok) / n,
+        "success_rate": sum(t.success for t in ok) / n,
+        "response_length": sum(t.response_tokens for t in ok) / n,
+        "turns_mean": sum(t.num_turns for t in ok) / n,
+        "truncated_rate": sum(t.truncated for t in ok) / n,
+        "errors": float(len(trajs) - len(ok)),
+        "groups_with_signal": sum(len(r) > 1 for r in groups.values()) / max(1, len(groups)),
+    } | r3l_metrics(trajs)

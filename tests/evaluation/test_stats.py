@@ -1,0 +1,88 @@
+"""Intervals and paired comparisons: hand-computed values, symmetry, and coverage by simulation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agentrl_core.evaluation.metrics import EpisodeResult, summarize
+from agentrl_core.evaluation.stats import compare, mcnemar_exact_p, t_quantile, wilson_interval
+
+
+def test_wilson_interval_hand_values():
+    # p = 0.5, n = 16: centre 0.5, half = 1.96/1.2401 * sqrt(0.25/16 + 3.8416/1024) = 0.2200
+    assert wilson_interval(8, 16) == pytest.approx((0.2800, 0.7200), abs=1e-4)
+    assert wilson_interval(0, 16) == pytest.approx((0.0, 0.1936), abs=1e-4)  # 0 of 16 is not "0%"
+    assert wilson_interval(16, 16) == pytest.approx((0.8064, 1.0), abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_t_quantiles():
+    for df, exact in [(4, 2.7764), (10, 2.2281), (30, 2.0423), (200, 1.9719)]:
+        assert t_quantile(df) == pytest.approx(exact, abs=2e-3)
+
+
+def test_mcnemar_exact():
+    assert mcnemar_exact_p(3, 0) == pytest.approx(0.25)  # 2 * 0.5**3
+    assert mcnemar_exact_p(10, 0) == pytest.approx(2 / 1024)
+    assert mcnemar_exact_p(5, 5) == 1.0 and mcnemar_exact_p(0, 0) == 1.0
+
+
+def test_one_task_out_of_sixteen_is_no_difference():
+    sft = {t: 1.0 if t < 2 else 0.0 for t in range(16)}
+    grpo = {t: 1.0 if t < 3 else 0.0 for t in range(16)}
+    c = compare(grpo, sft, ("grpo", "sft"))
+    assert c.diff == pytest.approx(1 / 16) and c.low < 0 < c.high
+    assert c.verdict == "no difference shown" and c.a_only == 1 and c.b_only == 0
+    assert "no difference shown" in c.text()
+
+
+def test_a_clear_gain_is_named_and_the_comparison_is_antisymmetric():
+    rng = random.Random(0)
+    sft = {t: float(rng.random() < 0.2) for t in range(200)}
+    grpo = {t: 1.0 if sft[t] or rng.random() < 0.3 else 0.0 for t in range(200)}
+    up, down = compare(grpo, sft, ("grpo", "sft")), compare(sft, grpo, ("sft", "grpo"))
+    assert up.low > 0 and up.verdict == "grpo > sft" and up.p_value < 1e-6
+    assert down.verdict == "sft < grpo"
+    assert (down.diff, down.low, down.high) == pytest.approx((-up.diff, -up.high, -up.low))
+
+
+def test_only_shared_tasks_are_compared_and_none_is_an_error():
+    c = compare({1: 1.0, 2: 0.0, 3: 1.0}, {2: 1.0, 3: 1.0, 4: 0.0})
+    assert c.n == 2
+    with pytest.raises(ValueError, match="same tasks"):
+        compare({1: 1.0}, {2: 1.0})
+
+
+def test_several_samples_per_task_use_a_paired_t_interval():
+    a = {t: 0.75 for t in range(40)}
+    b = {t: 0.25 if t % 2 else 0.5 for t in range(40)}
+    c = compare(a, b)
+    assert c.method == "paired t over tasks" and c.diff == pytest.approx(0.375)
+    # d_t alternates 0.25 / 0.5: s = 0.1266, half = t_39 * s / sqrt(40)
+    assert c.high - c.diff == pytest.approx(t_quantile(39) * 0.12660 / 40 ** 0.5, abs=1e-4)
+
+
+@pytest.mark.parametrize("n,p1,p2", [(30, 0.3, 0.3), (60, 0.2, 0.35), (200, 0.1, 0.15)])
+def test_paired_interval_covers_the_true_difference_95_percent_of_the_time(n, p1, p2):
+    rng = random.Random(n)
+    hits, reps = 0, 1500
+    for _ in range(reps):  # correlated pairs: b succeeds more often where a does
+        a = [rng.random() < p1 for _ in range(n)]
+        b = [rng.random() < (min(1.0, p2 + 0.3) if x else max(0.0, p2 - 0.3 * p1 / (1 - p1))) for x in a]
+        c = compare(dict(enumerate(map(float, a))), dict(enumerate(map(float, b))))
+        truth = p1 - (p1 * min(1.0, p2 + 0.3) + (1 - p1) * max(0.0, p2 - 0.3 * p1 / (1 - p1)))
+        hits += c.low <= truth <= c.high
+    assert 0.92 <= hits / reps <= 0.99
+
+
+def test_summaries_carry_the_interval_and_per_task_rates():
+    results = [EpisodeResult(t, 0, float(t < 4), t < 4, 3) for t in range(20)]
+    s = summarize(results)
+    assert s.success_rate == pytest.approx(0.2) and s.n_scored_tasks == 20
+    assert (s.success_low, s.success_high) == pytest.approx(wilson_interval(4, 20))
+    assert s.success_text() == "20.0% [8.1, 41.6] n=20"
+    assert s.task_success[3] == 1.0 and s.task_success[4] == 0.0
+    back = type(s).from_dict(s.to_dict())
+    assert back == s

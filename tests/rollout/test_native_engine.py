@@ -1,0 +1,252 @@
+"""The native engine: same tokens as HF generate, trainer-equal log-probs, kept KV caches, bounded memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl_core.config import EngineConfig, SamplingConfig
+from agentrl_core.models import load_model, load_tokenizer
+from agentrl_core.models.chat import ChatFormat
+from agentrl_core.rollout.engine import HFEngine
+from agentrl_core.rollout.engines import make_engine, resolve_kind
+from agentrl_core.rollout.native import NativeEngine, make_generator, native_support
+from agentrl_core.rollout.native.engine import default_kv_cache_mb
+from agentrl_core.rollout.native.sampler import SamplingParams, filter_logits, sample_rows
+from agentrl_core.rollout.native.scheduler import common_prefix
+from agentrl_core.training.logprobs import token_logprobs
+
+GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=24)
+QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea.", "List three fruits, comma separated.",
+             "You are in a kitchen with a fridge 1 and a countertop 1. Your task is to: put a clean apple in fridge 1. "
+             "What do you do first?"]
+
+
+@pytest.fixture(scope="module")
+def real(embedded_model_path: Path):
+    model, tok = load_model(embedded_model_path), load_tokenizer(embedded_model_path)
+    return model, tok, ChatFormat(tok)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_path: Path):
+    model, tok = load_model(tiny_model_path), load_tokenizer(tiny_model_path)
+    return model, tok, ChatFormat(tok)
+
+
+def _prompts(chat: ChatFormat) -> list[list[int]]:
+    return [chat.prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS]
+
+
+def _hf_alone(model, tok, prompts, sampling=GREEDY):
+    """HF generate on each prompt alone (no padding): the reference."""
+    engine = HFEngine(model, tok)
+    return [engine.generate([p], sampling, 0)[0] for p in prompts]
+
+
+@pytest.mark.slow
+def test_greedy_equals_hf_generate_single_and_multi_turn(real):
+    model, tok, chat = real
+    prompts = _prompts(chat)
+    engine = NativeEngine(model, tok)
+    got = engine.generate(prompts, GREEDY, seed=0)
+    ref = _hf_alone(model, tok, prompts)
+    assert [g.token_ids for g in got] == [r.token_ids for r in ref]
+    assert [g.finish_reason for g in got] == [r.finish_reason for r in ref]
+    for g, r in zip(got, ref):
+        assert max(abs(a - b) for a, b in zip(g.logprobs, r.logprobs)) < 1e-4
+    # turn 2 of each conversation: only the appended tokens are prefilled, the rest comes from the cache
+    before = engine.stats()
+    second = [p + g.token_ids + ([chat.eos_id] if g.finish_reason == "length" else []) + chat.user_turn_ids(t)
+              for p, g, t in zip(prompts, got, ["Now in French.", "Another one.", "And vegetables?", "Then?"])]
+    got2 = engine.generate(second, SamplingConfig(temperature=0.0, max_new_tokens=16), seed=0)
+    assert [g.token_ids for g in got2] == [r.token_ids for r in _hf_alone(model, tok, second,
+                                                                           SamplingConfig(temperature=0.0,
+                                                                                          max_new_tokens=16))]
+    stats = engine.stats()
+    reused = stats["reused_tokens"] - before["reused_tokens"]
+    prefilled = stats["prefilled_tokens"] - before["prefilled_tokens"]
+    first_turn = sum(len(p) + len(g.token_ids) - 1 for p, g in zip(prompts, got))
+    assert reused == first_turn  # every token the first turn computed was reused
+    assert prefilled == sum(len(s) for s in second) - first_turn
+
+
+@pytest.mark.slow
+def test_logprobs_match_the_trainer_forward(real):
+    model, tok, chat = real
+    sampling = SamplingConfig(temperature=0.8, max_new_tokens=20)
+    prompts = _prompts(chat)
+    gens = NativeEngine(model, tok).generate(prompts, sampling, seed=3)
+    for p, g in zip(prompts, gens):
+        ids = torch.tensor([p + g.token_ids])
+        mask = torch.zeros_like(ids)
+        mask[0, len(p):] = 1
+        trainer = token_logprobs(model, ids, torch.ones_like(ids), mask[:, 1:], temperature=0.8).logprobs[0]
+        trainer = trainer[len(p) - 1:]
+        assert torch.allclose(trainer, torch.tensor(g.logprobs), atol=2e-4), (trainer, g.logprobs)
+
+
+def test_seeded_sampling_repeats_and_does_not_depend_on_the_batch(tiny):
+    model, tok, chat = tiny
+    prompts = _prompts(chat)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=12)
+    a = NativeEngine(model, tok).generate(prompts, sampling, seed=5)
+    b = NativeEngine(model, tok).generate(prompts, sampling, seed=5)
+    c = NativeEngine(model, tok).generate(prompts, sampling, seed=6)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    assert [g.token_ids for g in a] != [g.token_ids for g in c]
+    engine = NativeEngine(model, tok)  # prompt 2 alone, with the generator it had in the batch
+    rid = engine.submit(prompts[2], sampling, generator=make_generator(5, 2))
+    done = []
+    while engine.has_work():
+        done += engine.step()
+    assert done[0].rid == rid and done[0].generation.token_ids == a[2].token_ids
+
+
+def test_filters_match_transformers_warpers():
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50) * 3
+    for t, k, p in [(0.7, 0, 1.0), (1.0, 5, 1.0), (1.3, 0, 0.9), (0.9, 10, 0.5)]:
+        want = TemperatureLogitsWarper(t)(None, logits)
+        if k:
+            want = TopKLogitsWarper(k)(None, want)
+        if p < 1:
+            want = TopPLogitsWarper(p)(None, want)
+        assert torch.equal(filter_logits(logits, SamplingParams(t, k, p)), want)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(1.0, 0, 1.0), SamplingParams(0.7, 3, 1.0), SamplingParams(1.0, 0, 0.8)])
+def test_sampling_draws_from_the_filtered_distribution(params):
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
+    want = torch.softmax(filter_logits(logits, params), dim=-1)[0]
+    n = 8000
+    gen = torch.Generator().manual_seed(0)
+    tokens, logprobs = sample_rows(logits.expand(n, -1), [params] * n, [gen] * n)
+    freq = torch.bincount(torch.tensor(tokens), minlength=6).double() / n
+    assert torch.allclose(freq, want.double(), atol=0.02), (freq, want)
+    assert all(want[t] > 0 for t in set(tokens))  # never a filtered token
+    raw = torch.log_softmax(logits[0] / params.temperature, dim=-1)  # log-probs of the unfiltered distribution
+    assert logprobs[:5] == pytest.approx([float(raw[t]) for t in tokens[:5]], abs=1e-6)
+
+
+def test_top_k_one_is_greedy(tiny):
+    model, tok, chat = tiny
+    prompts = _prompts(chat)
+    greedy = NativeEngine(model, tok).generate(prompts, SamplingConfig(temperature=0.0, max_new_tokens=8), 0)
+    top1 = NativeEngine(model, tok).generate(prompts, SamplingConfig(temperature=1.0, top_k=1, max_new_tokens=8), 9)
+    assert [g.token_ids for g in greedy] == [g.token_ids for g in top1]
+
+
+def test_a_group_prompt_is_prefilled_once_and_copied(tiny):
+    model, tok, chat = tiny
+    prompt = _prompts(chat)[3]
+    engine = NativeEngine(model, tok)
+    gens = engine.generate([prompt] * 4, SamplingConfig(temperature=1.0, max_new_tokens=6), seed=1)
+    stats = engine.stats()
+    assert stats["prefilled_tokens"] == len(prompt) + 3  # once, plus the last token of each copy
+    assert stats["copied_tokens"] == 3 * (len(prompt) - 1)
+    assert len({tuple(g.token_ids) for g in gens}) > 1  # still four independent samples
+
+
+def test_a_small_kv_budget_evicts_and_gives_the_same_tokens(tiny):
+    model, tok, chat = tiny
+    prompts = _prompts(chat)
+    turn2 = lambda gens: [p + g.token_ids + chat.user_turn_ids("go on") for p, g in zip(prompts, gens)]  # noqa: E731
+    roomy = NativeEngine(model, tok, kv_cache_mb=256)
+    want = roomy.generate(turn2(roomy.generate(prompts, GREEDY, 0)), GREEDY, 0)
+    per_token = roomy.cache.bytes_per_token
+    longest = max(len(p) for p in turn2(want)) + GREEDY.max_new_tokens
+    budget_mb = 2 * longest * per_token / 2**20  # room for about two sequences at a time
+    tight = NativeEngine(model, tok, kv_cache_mb=budget_mb)
+    got = tight.generate(turn2(tight.generate(prompts, GREEDY, 0)), GREEDY, 0)
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+    assert tight.cache.bytes <= budget_mb * 2**20
+    assert tight.stats()["evictions"] > 0
+
+
+def test_a_prompt_beyond_the_budget_fails_clearly(tiny):
+    model, tok, _ = tiny
+    engine = NativeEngine(model, tok, kv_cache_mb=0.5)
+    with pytest.raises(ValueError, match="kv_cache_mb"):
+        engine.generate([[5] * 3_000], GREEDY, 0)
+    assert not engine.has_work()
+
+
+def test_changed_weights_drop_the_cache(tiny_model_path: Path):
+    model, tok = load_model(tiny_model_path), load_tokenizer(tiny_model_path)
+    chat = ChatFormat(tok)
+    prompts = _prompts(chat)
+    engine = NativeEngine(model, tok)
+    first = engine.generate(prompts, GREEDY, 0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    turn2 = [p + g.token_ids + chat.user_turn_ids("again") for p, g in zip(prompts, first)]
+    before = engine.stats()
+    got = engine.generate(turn2, GREEDY, 0)
+    after = engine.stats()
+    # nothing computed by the old weights was used: only the new turn's shared system prompt is copied
+    assert after["reused_tokens"] - before["reused_tokens"] == after["copied_tokens"] - before["copied_tokens"]
+    assert after["prefilled_tokens"] - before["prefilled_tokens"] >= sum(len(t) for t in turn2) - (
+        after["copied_tokens"] - before["copied_tokens"])
+    assert [g.token_ids for g in got] == [g.token_ids for g in NativeEngine(model, tok).generate(turn2, GREEDY, 0)]
+
+
+def _tiny_config(kind: str, tok):
+    from transformers import AutoConfig
+
+    extra = {"qwen2": {"use_sliding_window": False}, "mistral": {"sliding_window": None}}.get(kind, {})
+    return AutoConfig.for_model(kind, vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.5,
+                                max_position_embeddings=1024, tie_word_embeddings=False, **extra)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "mistral"])
+def test_other_llama_family_models_match_hf(kind, tiny):
+    from transformers import AutoModelForCausalLM
+
+    _, tok, chat = tiny
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_tiny_config(kind, tok), attn_implementation="sdpa").eval()
+    assert native_support(model) is None
+    prompts = _prompts(chat)
+    got = NativeEngine(model, tok).generate(prompts, SamplingConfig(temperature=0.0, max_new_tokens=10), 0)
+    ref = _hf_alone(model, tok, prompts, SamplingConfig(temperature=0.0, max_new_tokens=10))
+    assert [g.token_ids for g in got] == [r.token_ids for r in ref]
+
+
+def test_auto_picks_native_where_it_runs_the_model(tiny):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model, tok, _ = tiny
+    assert resolve_kind(EngineConfig(), model) == "native"
+    assert isinstance(make_engine(EngineConfig(), model, tok), NativeEngine)
+    assert resolve_kind(EngineConfig(), model, allow_native=False) == "hf"
+    assert resolve_kind(EngineConfig(kind="hf"), model) == "hf"
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64))
+    assert "gpt2" in native_support(gpt2)
+    assert resolve_kind(EngineConfig(), gpt2) == "hf"
+    with pytest.raises(Exception, match="kind=hf"):
+        make_engine(EngineConfig(kind="native"), gpt2, tok)
+
+
+def test_default_budget_follows_available_memory(tmp_path: Path):
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal: 4000000 kB\nMemAvailable: 2048000 kB\n")
+    assert default_kv_cache_mb(str(info)) == 500
+    info.write_text("MemAvailable: 64000000 kB\n")
+    assert default_kv_cache_mb(str(info)) == 2048
+    assert default_kv_cache_mb(str(tmp_path / "missing")) == 2048
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert common_prefix([1, 2, 3], [1, 9, 3]) == 1
+    assert common_prefix([], [1]) == 0
+    a = list(range(1000))
+    b = a[:777] + [-1] + a[778:]
+    assert common_prefix(a, b) == 777
