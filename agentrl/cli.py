@@ -120,19 +120,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agentrl.progress_bars import RichBars
     from agentrl_core import progress
 
-    start = time.time()
+    start, flow_started = time.time(), False
     console.print(f"[bold]run[/bold] {recipe.run.name} → {recipe.run_dir} (env {recipe.env.name}, model {recipe.model.name})")
     try:
         with local_prefect_api(), RichBars(console) as bars:
             progress.set_reporter(bars)
             try:
+                flow_started = True
                 result = train(recipe=recipe)
             finally:
                 progress.set_reporter(None)
     except BaseException as exc:
         if (signum := _interrupt_signal(exc)) is None:
             raise
-        return _interrupted(args, recipe.run_dir, signum)
+        return _interrupted(args, recipe.run_dir, signum, flow_started)
     _print_evals(result["evals"])
     console.print(f"report: {result['report']['markdown']}  ({time.time() - start:.0f} s)")
     return 0
@@ -153,7 +154,7 @@ def _interrupt_signal(exc: BaseException) -> int | None:
     return requested()
 
 
-def _interrupted(args: argparse.Namespace, run_dir: Path, signum: int) -> int:
+def _interrupted(args: argparse.Namespace, run_dir: Path, signum: int, flow_started: bool) -> int:
     """Say what was kept and how to resume; the exit code is 128 + the signal."""
     import shlex
     import signal
@@ -164,9 +165,10 @@ def _interrupted(args: argparse.Namespace, run_dir: Path, signum: int) -> int:
     kept = [f"{stage} {path.name} ({path})" for stage in ("sft", "grpo")
             if (path := latest_checkpoint(run_dir / stage / "checkpoints")) is not None]
     again = shlex.join(["agentrl", "run", args.recipe, *args.overrides])
-    console.print(f"[yellow]stopped by {signal.Signals(signum).name}[/yellow]; the flow run is recorded Crashed in "
-                  f"Prefect. Last complete checkpoints: {', '.join(kept) or 'none yet'}.\n"
-                  f"Run the same command again to resume from them: {again}", soft_wrap=True)
+    state = "; the flow run is recorded Crashed in Prefect" if flow_started else ""
+    console.print(f"[yellow]stopped by {signal.Signals(signum).name}[/yellow]{state}. Last complete checkpoints: "
+                  f"{', '.join(kept) or 'none yet'}.\n"
+                  f"Run the same command again to resume: {again}", soft_wrap=True)
     code = 128 + signum
     if abandoned_alive():  # a worker still inside one long op: do not wait for it in interpreter shutdown
         sys.stdout.flush()

@@ -124,8 +124,9 @@ class EngineConfig(Section):
     tensor_parallel_size: int = Field(1, ge=1)
     """vllm: GPUs one model copy is split across."""
     sleep_when_training: bool = True
-    """vllm: put the engine to sleep while the trainer updates the policy (frees its KV cache, and
-    its weights at level 2) and wake it for the next rollout; needs vLLM's sleep mode (CUDA only)."""
+    """Free the engine's memory while the trainer updates the policy. vllm: sleep mode (frees its KV
+    cache, and its weights at level 2; CUDA only), woken for the next rollout; native: drops its KV
+    caches and weight snapshot (stale after the update anyway), rebuilt at the next rollout."""
     sleep_level: Literal[1, 2] = 1
     """vllm: 1 offloads the weights to CPU and drops the KV cache; 2 drops both (weights are synced
     from the trainer anyway after each update)."""
@@ -387,10 +388,17 @@ class TrainerConfig(Section):
     ppo_epochs > 1, and with one epoch makes the ratio correct for any engine/trainer mismatch."""
     micro_batch_tokens: int = Field(4096, ge=64)
     """Token budget of one micro-batch (padding included); gradients accumulate across them."""
+    shared_prefix: bool = True
+    """Run each GRPO group's shared prompt once in the training forward (its G samples attend to one
+    copy of its keys and values) instead of G times; the same loss and gradients up to rounding. Off
+    with gradient checkpointing or DeepSpeed, which run every row whole."""
     save_every: int = Field(2, ge=1)
     """Save a checkpoint every N steps (and at the end)."""
     keep_last: int = Field(2, ge=1)
     """Keep only the last N complete checkpoints."""
+    max_minutes: float | None = Field(None, gt=0)
+    """Stop the GRPO stage after the step that crosses this much wall time (counted from the stage's start
+    in this process), saving a checkpoint there; None = run all `steps`. For equal-time comparisons."""
     val_every: int = Field(0, ge=0)
     """Validate every N steps (verl's test_freq): greedy success on `val_tasks` held-out tasks, logged as
     val/* beside the training metrics (and once before the first step); 0 = off."""

@@ -177,8 +177,8 @@ def run_interruptible(fn: Callable[..., T], /, *args: Any, grace_s: float = GRAC
 
     worker = threading.Thread(target=work, name=f"agentrl-{getattr(fn, '__name__', 'work')}", daemon=True)
     with handling_signals():
-        worker.start()
         try:
+            worker.start()
             while not done.wait(_WAIT_SLICE_S):
                 pass
         except BaseException:

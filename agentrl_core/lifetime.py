@@ -28,7 +28,7 @@ CHILD_SESSION: dict[str, Any] = {"start_new_session": True} if os.name == "posix
 PR_SET_PDEATHSIG = 1
 
 _tracked: "weakref.WeakSet[Any]" = weakref.WeakSet()
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: kill_tracked may run in a signal handler that interrupted track()
 
 
 def track(proc: Any) -> Any:

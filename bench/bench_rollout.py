@@ -61,7 +61,8 @@ def rollout(engine, chat, args, seed: int) -> dict[str, float]:
     wall = time.perf_counter() - start
     generated = sum(t.response_tokens for t in trajs)
     return {"wall_s": wall, "generated_tokens": float(generated), "tok_per_s": generated / wall,
-            "turns": float(sum(t.num_turns for t in trajs)), "context_tokens": float(sum(len(t.token_ids) for t in trajs))}
+            "turns": float(sum(t.num_turns for t in trajs)),
+            "context_tokens": float(sum(len(t.token_ids) for t in trajs))}
 
 
 @torch.no_grad()

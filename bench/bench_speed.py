@@ -46,6 +46,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--engine", default="auto", choices=["auto", "native", "hf"], help="rollout engine")
     p.add_argument("--ppo-epochs", type=int, default=1)
     p.add_argument("--old-logprobs", default="recompute", choices=["recompute", "engine"])
+    p.add_argument("--shared-prefix", default="on", choices=["on", "off"],
+                   help="run each group's prompt once in the training forward (trainer.shared_prefix)")
     p.add_argument("--json")
     p.add_argument("--baseline")
     return p.parse_args()
@@ -58,10 +60,12 @@ def one_step(step: int, args, policy, ref, engine, chat, opt, sched) -> dict[str
     policy.eval()
     trajs = run_episodes(engine, chat, lambda: make("countdown"), specs, sampling, LoopLimits(1, 4096), seed=step)
     t1 = time.perf_counter()
+    if hasattr(engine, "sleep"):  # as grpo_step does: the engine gives its memory back during the update
+        engine.sleep()
     policy.train()
     cfg = AlgorithmConfig(kl_coef=args.kl)
     ctx = UpdateContext(policy, opt, sched, cfg, 1.0, 4096, engine.pad_id, 1.0, ref, args.autocast,
-                        old_logprobs=args.old_logprobs)
+                        old_logprobs=args.old_logprobs, shared_prefix=args.shared_prefix == "on")
     for i, t in enumerate(trajs):  # rewards with spread, so the loss is not trivially zero
         t.reward = t.reward + 0.1 * (i % 3)
     policy_update(ctx, trajs, epochs=args.ppo_epochs)
@@ -89,7 +93,8 @@ def main() -> None:
     print(describe_cpu())
     print_table(f"GRPO step, {args.prompts}x{args.samples}x{args.new_tokens} tokens, kl={args.kl}, "
                 f"compute_dtype={args.autocast}, engine={type(engine).__name__}, ppo_epochs={args.ppo_epochs}, "
-                f"old_logprobs={args.old_logprobs} (median of {args.steps})", figures, load_baseline(args.baseline))
+                f"old_logprobs={args.old_logprobs}, shared_prefix={args.shared_prefix} (median of {args.steps})",
+                figures, load_baseline(args.baseline))
     save_json(args.json, {"args": vars(args), "figures": figures, "runs": runs})
 
 

@@ -136,8 +136,8 @@ def decide(seconds: dict[str, float], support: str) -> ComputeChoice:
     """bf16 when its probe pass is at least MARGIN times faster than fp32's, else fp32."""
     fp32, bf16 = seconds.get("float32"), seconds.get("bfloat16")
     if fp32 is None or bf16 is None:
-        return ComputeChoice("float32", f"the probe did not finish within {PROBE_BUDGET_S:g} s (a busy machine?); "
-                                        "float32 until it does", seconds)
+        return ComputeChoice("float32", f"the probe did not finish (within {PROBE_BUDGET_S:g} s); float32 until "
+                                        "it does", seconds)
     probe = f"probe pass {bf16:.2f} s bf16 vs {fp32:.2f} s fp32; {support}"
     return ComputeChoice("bfloat16" if fp32 >= MARGIN * bf16 else "float32", probe, seconds)
 
@@ -207,7 +207,12 @@ def choose_compute_dtype(model_path: str | os.PathLike[str], *, device: str | No
     key, cache = cache_key(path, device), cache_file()
     if (hit := _read_cache(cache).get(key)) and hit.get("dtype") in ("float32", "bfloat16"):
         return ComputeChoice(hit["dtype"], hit.get("reason", ""), dict(hit.get("seconds", {})), cached=True)
-    choice = decide((measure or measure_passes)(path, ["float32", "bfloat16"]), support)
+    try:
+        seconds = (measure or measure_passes)(path, ["float32", "bfloat16"])
+    except Exception as exc:  # noqa: BLE001 - a probe that cannot run must not stop the run: fp32 works everywhere
+        log.warning("the compute-dtype probe failed (%s: %s); using float32", type(exc).__name__, exc)
+        seconds = {}
+    choice = decide(seconds, support)
     if choice.speedup is not None:  # an unfinished probe is not cached: the next run measures again
         _write_cache(cache, key, choice)
     return choice

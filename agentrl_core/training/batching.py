@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import torch
 
@@ -24,6 +24,8 @@ class MicroBatch:
     target_mask: torch.Tensor
     engine_logprobs: torch.Tensor
     advantages: torch.Tensor
+    prefixes: list[Any] = field(default_factory=list)
+    """Row groups sharing a prompt (training.shared_prefix.PrefixGroup); empty = every row runs whole."""
 
     @property
     def tokens(self) -> int:

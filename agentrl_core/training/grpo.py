@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -73,8 +74,9 @@ def rollout_engine(cfg: RecipeConfig, session: TrainingSession, init_model: Path
 
 
 def pause_engine(engine: Any, cfg: RecipeConfig) -> None:
-    """Before an update: a colocated vLLM engine frees its GPU memory (rollout.engine.sleep_when_training)."""
-    if cfg.rollout.engine.kind == "vllm" and cfg.rollout.engine.sleep_when_training:
+    """Before an update: a colocated engine frees its memory (rollout.engine.sleep_when_training): vLLM its
+    GPU memory, the native engine its KV caches and weight snapshot (stale after the update anyway)."""
+    if cfg.rollout.engine.sleep_when_training and hasattr(engine, "sleep"):
         engine.sleep()
 
 
@@ -117,18 +119,31 @@ def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: P
         validator = _Validator(cfg, session, engine, env_url, client) if cfg.trainer.val_every > 0 else None
         if validator is not None and session.start_step == 0:
             session.writer.log(0, validator.after(0))  # the starting policy, the curve's first point
+        started, done = time.monotonic(), session.start_step
         for step in range(session.start_step, cfg.trainer.steps):
             last = grpo_step(session, engine, chat, factory, train_ids, step, cfg, ref_model)
+            done = step + 1
+            out_of_time = _out_of_time(cfg, started)
             if validator is not None:
-                last.update(validator.after(step + 1))
+                last.update(validator.after(step + 1, force=out_of_time))
             session.writer.log(step + 1, last)
-            if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == cfg.trainer.steps:
+            if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == cfg.trainer.steps or out_of_time:
                 session.save(step + 1, cfg.trainer.keep_last, {"metrics": last})
             if on_step is not None:
                 on_step(step + 1, cfg.trainer.steps, last)
+            if out_of_time:
+                log.info("trainer.max_minutes=%g reached after step %d of %d: stopping", cfg.trainer.max_minutes,
+                         step + 1, cfg.trainer.steps)
+                break
         if cfg.trainer.steps == 0 and session.start_step == 0:
             session.save(0, cfg.trainer.keep_last)
-    return StageResult("grpo", str(session.last_checkpoint()), cfg.trainer.steps, session.start_step, last)
+    return StageResult("grpo", str(session.last_checkpoint()), max(done, session.start_step), session.start_step, last)
+
+
+def _out_of_time(cfg: RecipeConfig, started: float) -> bool:
+    """Whether the stage has used up trainer.max_minutes of wall time."""
+    limit = cfg.trainer.max_minutes
+    return limit is not None and time.monotonic() - started >= 60 * limit
 
 
 class _Validator:
@@ -140,9 +155,9 @@ class _Validator:
         self.ids = validation_ids(cfg, client)
         self.best = BestCheckpoint(session.stage_dir) if cfg.trainer.export_best else None
 
-    def after(self, step: int) -> dict[str, float]:
-        """The val/* metrics when validation is due after `step` steps (else none); keeps a new best."""
-        if not is_due(self.cfg, step):
+    def after(self, step: int, force: bool = False) -> dict[str, float]:
+        """The val/* metrics when validation is due after `step` steps or `force` (else none); keeps a new best."""
+        if not (force or is_due(self.cfg, step)):
             return {}
         self.session.model.eval()
         metrics = validate(self.engine, self.session.tokenizer, self.cfg, self.env_url, self.ids)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -21,22 +21,30 @@ class TokenStats:
 def token_logprobs(
     model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor,
     *, temperature: float = 1.0, with_entropy: bool = False, chunk: int = 1024, autocast: str = "float32",
+    prefixes: Sequence[Any] | None = None,
 ) -> TokenStats:
     """log softmax(z_t / T)[y_{t+1}] at the masked positions only.
 
     Runs the decoder once, then applies the output head to the hidden states of the model's
     own tokens (not prompt, observation or padding positions), in chunks: the full-vocabulary
     log-softmax over every position is what dominates memory otherwise. Entropy:
-    H_t = logsumexp(z) - sum softmax(z) * z.
+    H_t = logsumexp(z) - sum softmax(z) * z. With `prefixes` (shared_prefix.PrefixGroup per group of
+    rows), each group's shared prompt runs once (not with gradient checkpointing, which drops caches).
     """
     if is_wrapper(model):
         return _wrapped_logprobs(model, input_ids, attention_mask, target_mask, temperature=temperature,
                                  with_entropy=with_entropy, chunk=chunk, autocast=autocast)
     device = next(model.parameters()).device
-    with precision.autocast(model, autocast):
-        hidden = model.base_model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).last_hidden_state
     sel = target_mask.to(device).bool()
-    h = hidden[:, :-1][sel]
+    if prefixes and any(g.length for g in prefixes) and isinstance(model, torch.nn.Module) and not _checkpointing(model):
+        from agentrl_core.training.shared_prefix import shared_hidden_at
+
+        h = shared_hidden_at(model, input_ids.to(device), attention_mask.to(device), sel, prefixes, autocast)
+    else:
+        with precision.autocast(model, autocast):
+            hidden = model.base_model(input_ids=input_ids.to(device),
+                                      attention_mask=attention_mask.to(device)).last_hidden_state
+        h = hidden[:, :-1][sel]
     targets = input_ids[:, 1:].to(device)[sel]
     head = model.get_output_embeddings()
 
@@ -44,6 +52,11 @@ def token_logprobs(
         with precision.autocast(model, autocast):
             return head(h[start:start + chunk])
     return _stats(sel, targets, h.shape[0], logits_of, temperature, with_entropy, chunk)
+
+
+def _checkpointing(model: Any) -> bool:
+    """Whether gradient checkpointing is on (transformers then refuses to build KV caches in training)."""
+    return model.training and any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
 def is_wrapper(model: Any) -> bool:

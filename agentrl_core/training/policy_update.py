@@ -17,7 +17,8 @@ from agentrl_core.training.batching import (
     plan_micro_batches,
     target_mask,
 )
-from agentrl_core.training.logprobs import token_logprobs
+from agentrl_core.training.logprobs import is_wrapper, token_logprobs
+from agentrl_core.training.shared_prefix import plan_group_batches, plan_prefixes
 
 
 @dataclass
@@ -44,6 +45,8 @@ class UpdateContext:
     """L_max of DAPO's overlong shaping (the sampling's max_new_tokens); 0 when shaping is off."""
     backend: TrainBackend | None = None
     """Who applies the gradients; None: a TorchBackend over model, optimizer, scheduler and grad_clip."""
+    shared_prefix: bool = False
+    """Keep each group in one micro-batch and run its shared prompt once (training.shared_prefix)."""
     old_logprobs: str = "recompute"
     """"recompute" (the policy before the update) or "engine" (the rollout engine's log-probs): see
     TrainerConfig.old_logprobs."""
@@ -112,8 +115,7 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     trajs = select_samples(trajs, cfg)
     if not trajs:
         return {"samples_trained": 0.0}
-    plan = plan_micro_batches([len(t.token_ids) for t in trajs], ctx.micro_batch_tokens)
-    batches = [collate(trajs, idx, ctx.pad_id) for idx in plan]
+    batches = plan_batches(ctx, trajs)
     rewards = shaped_rewards(ctx, trajs, batches)
     adv = token_advantages(trajs, rewards, cfg)
     for mb in batches:
@@ -136,6 +138,19 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     return totals
 
 
+def plan_batches(ctx: UpdateContext, trajs: Sequence[Trajectory]) -> list[MicroBatch]:
+    """Micro-batches under the token budget: by length, or (shared_prefix) whole groups with their prompts."""
+    if ctx.shared_prefix and not is_wrapper(ctx.model):
+        batches = []
+        for idx in plan_group_batches(trajs, ctx.micro_batch_tokens):
+            mb = collate(trajs, idx, ctx.pad_id)
+            mb.prefixes = plan_prefixes(trajs, idx)
+            batches.append(mb)
+        return batches
+    plan = plan_micro_batches([len(t.token_ids) for t in trajs], ctx.micro_batch_tokens)
+    return [collate(trajs, idx, ctx.pad_id) for idx in plan]
+
+
 def _optimizer_step(ctx: UpdateContext) -> float:
     """Clip to grad_clip, update, advance the schedule, clear the gradients; the norm before clipping."""
     return ctx.backend.step()
@@ -143,7 +158,7 @@ def _optimizer_step(ctx: UpdateContext) -> float:
 
 def _logprobs(ctx: UpdateContext, model: Any, mb: MicroBatch) -> torch.Tensor:
     return token_logprobs(model, mb.input_ids, mb.attention_mask, mb.target_mask, temperature=ctx.temperature,
-                          autocast=ctx.autocast).logprobs
+                          autocast=ctx.autocast, prefixes=mb.prefixes).logprobs
 
 
 @torch.no_grad()
@@ -161,7 +176,7 @@ def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: tor
     cfg = ctx.algorithm
     # entropy is logged every step; it costs one softmax over the model's own tokens only
     stats = token_logprobs(ctx.model, mb.input_ids, mb.attention_mask, mb.target_mask,
-                           temperature=ctx.temperature, with_entropy=True, autocast=ctx.autocast)
+                           temperature=ctx.temperature, with_entropy=True, autocast=ctx.autocast, prefixes=mb.prefixes)
     mask = mb.target_mask
     old = stats.logprobs.detach() if old_logprobs is None else old_logprobs
     pg, pg_stats = alg.get_policy_loss(cfg.policy_loss)(stats.logprobs, old, mb.advantages, mask, cfg)
@@ -173,7 +188,7 @@ def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: tor
     if cfg.kl_coef > 0 and ctx.ref_model is not None:
         with torch.no_grad():
             ref = token_logprobs(ctx.ref_model, mb.input_ids, mb.attention_mask, mask, temperature=ctx.temperature,
-                                 autocast=ctx.autocast)
+                                 autocast=ctx.autocast, prefixes=mb.prefixes)
         kl = agg(alg.get_kl_estimator(cfg.kl_estimator)(stats.logprobs, ref.logprobs), mask, norm)
         loss = loss + cfg.kl_coef * kl
         out["kl"] = float(kl.detach())

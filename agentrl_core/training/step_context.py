@@ -16,7 +16,8 @@ def update_context(session: TrainingSession, cfg: RecipeConfig, pad_id: int, ref
     return UpdateContext(session.forward_model, session.optimizer, session.scheduler, cfg.algorithm,
                          cfg.trainer.optim.grad_clip, cfg.trainer.micro_batch_tokens, pad_id, train_temperature(cfg),
                          ref_model, cfg.model.compute_dtype, cfg.rollout.sampling.max_new_tokens,
-                         backend=session.backend, old_logprobs=cfg.trainer.old_logprobs)
+                         backend=session.backend, old_logprobs=cfg.trainer.old_logprobs,
+                         shared_prefix=cfg.trainer.shared_prefix)
 
 
 def train_temperature(cfg: RecipeConfig) -> float:

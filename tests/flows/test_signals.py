@@ -6,7 +6,8 @@ kept — SIGTERM to the group, then SIGTERM to the main process alone, then SIGK
 process, and a last run must resume once more. Each signal lands in the phase, found by the files
 the run writes (metrics lines, rollout logs, checkpoints, exports); after each, the run must exit
 within BOUND_S, its flow run be stored Crashed in Prefect's database (SIGKILL leaves it Running),
-and no process it started (recorded from /proc just before the signal) may survive.
+and no process it started (recorded from /proc just before the signal) may survive. A run that
+completes, or fails, must not leave one either.
 """
 
 from __future__ import annotations
@@ -240,6 +241,7 @@ def test_signals_during_a_phase_stop_the_run_and_resume_works(name, tiny_model_p
         run = Run(overrides, tmp_path, index)
         run.wait_until(phase.ready(run, run_dir, kept), f"{name} phase ({label})")
         seconds, procs = run.stop(sig, group)
+        print(f"{name}: {label}: exit after {seconds:.1f} s, {len(procs)} processes")  # shown with -s
         try:
             assert run.proc.returncode is not None and seconds < BOUND_S, f"{label}: ran {seconds:.1f} s more"
             assert len(procs) >= 4, f"expected the CLI, Prefect's server, the env server and its workers: {procs}"
@@ -260,3 +262,19 @@ def test_signals_during_a_phase_stop_the_run_and_resume_works(name, tiny_model_p
     seconds, procs = last.stop(signal.SIGINT, True)
     last.kill_leftovers(procs)
     assert seconds < BOUND_S
+
+
+@pytest.mark.parametrize(("outcome", "extra", "code"), [("completes", [], 0),
+                                                        ("fails", ["sft.dataset=/nonexistent/demos.jsonl"], 1)])
+def test_no_process_outlives_a_run_that_ends_by_itself(outcome, extra, code, tiny_model_path, tmp_path):
+    run = Run(tiny_overrides(tiny_model_path, tmp_path / "runs") + extra, tmp_path, 0)
+    seen: dict[int, str] = {}
+    while run.proc.poll() is None:  # everything the run starts, as it starts it
+        seen.update(descendants(run.proc.pid))
+        time.sleep(0.2)
+    try:
+        assert run.proc.returncode == code, run.text()[-3000:]
+        assert len(seen) >= 4, seen
+        assert not survivors(seen, CHILDREN_GONE_S), f"a run that {outcome} left processes behind"
+    finally:
+        run.kill_leftovers(seen)

@@ -84,6 +84,16 @@ def test_unfinished_probe_picks_float32_and_is_not_cached(home, monkeypatch, tin
     assert not compute.cache_file().exists()
 
 
+def test_a_probe_that_cannot_run_picks_float32(home, monkeypatch, tiny_model_path):
+    _on_cpu(monkeypatch, BF16_CPU)
+
+    def broken(path: Path, modes: list[str]) -> dict[str, float]:
+        raise RuntimeError("cannot load this model")
+
+    assert compute.choose_compute_dtype(tiny_model_path, measure=broken).dtype == "float32"
+    assert not compute.cache_file().exists()
+
+
 def test_real_probe_times_both_candidates(tiny_model_path):
     seconds = compute.measure_passes(tiny_model_path, ["float32", "bfloat16"], tokens=16, passes=1)
     assert set(seconds) == {"float32", "bfloat16"} and all(s > 0 for s in seconds.values())

@@ -168,6 +168,54 @@ def test_a_small_kv_budget_evicts_and_gives_the_same_tokens(tiny):
     assert tight.stats()["evictions"] > 0
 
 
+def test_many_short_sequences_then_long_ones_fit_a_tight_budget(tiny):
+    """Slots made for many short sequences are given back when longer ones need room (no deadlock)."""
+    model, tok, _ = tiny
+    engine = NativeEngine(model, tok, kv_cache_mb=1.0)
+    per_token = engine.cache.bytes_per_token
+    short = [[5 + i] * 40 for i in range(24)]
+    engine.generate(short, SamplingConfig(temperature=0.0, max_new_tokens=4), 0)
+    long_len = int(0.3 * engine.cache.capacity_tokens)  # about three of these fit at once
+    long = [[7 + i] * long_len for i in range(6)]
+    got = engine.generate(long, SamplingConfig(temperature=0.0, max_new_tokens=4), 0)
+    assert len(got) == 6 and all(len(g.token_ids) >= 1 for g in got)
+    assert engine.cache.bytes <= engine.cache.max_bytes and per_token * long_len * 3 <= engine.cache.max_bytes
+    assert engine.stats()["evictions"] > 0
+
+
+def test_sleep_gives_the_memory_back_and_generation_goes_on(tiny):
+    model, tok, chat = tiny
+    prompts = _prompts(chat)
+    engine = NativeEngine(model, tok)
+    first = engine.generate(prompts, GREEDY, 0)
+    held = engine.cache.bytes
+    engine.sleep()
+    assert engine.cache.bytes < held and engine.forward.weights is None and not engine.scheduler.sequences
+    again = engine.generate(prompts, GREEDY, 0)
+    assert [g.token_ids for g in again] == [g.token_ids for g in first]
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs a oneDNN build of torch")
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])  # qwen2: projections with biases
+def test_prepacked_and_plain_weights_give_the_same_logits(tiny, kind):
+    from transformers import AutoModelForCausalLM
+
+    from agentrl_core.rollout.native.forward import Segment
+    from agentrl_core.rollout.native.weights import snapshot
+
+    _, tok, chat = tiny
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_tiny_config(kind, tok), attn_implementation="sdpa").eval()
+    prompt = _prompts(chat)[0]
+    out = {}
+    for pack in (False, True):
+        engine = NativeEngine(model, tok)
+        engine.forward.weights, engine.forward._stale = snapshot(model, torch.float32, prepack=pack), False
+        slot = engine.cache.allocate()
+        out[pack] = engine.forward([Segment(slot, 0, prompt, True)])
+    torch.testing.assert_close(out[True], out[False], atol=1e-4, rtol=1e-4)
+
+
 def test_a_prompt_beyond_the_budget_fails_clearly(tiny):
     model, tok, _ = tiny
     engine = NativeEngine(model, tok, kv_cache_mb=0.5)

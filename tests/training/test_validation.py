@@ -56,3 +56,12 @@ def test_grpo_logs_validation_and_keeps_the_best_checkpoint(tiny_model_path: Pat
 def test_export_best_needs_validation(tiny_model_path: Path, tmp_path: Path):
     with pytest.raises(ValueError, match="val_every"):
         _cfg(tiny_model_path, tmp_path, "trainer.export_best=true")
+
+
+def test_a_wall_time_budget_stops_after_the_step_that_crosses_it(tiny_model_path: Path, env_server_url: str,
+                                                                  tmp_path: Path):
+    cfg = _cfg(tiny_model_path, tmp_path, "trainer.max_minutes=0.0001", "trainer.val_every=10")
+    result = train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
+    rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert result.steps == 1 and Path(result.checkpoint).name.endswith("000001")
+    assert [r["step"] for r in rows] == [0, 1] and "val/success_rate" in rows[-1]  # validated where it stopped

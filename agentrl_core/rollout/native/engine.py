@@ -23,7 +23,6 @@ from typing import Any, Hashable, Sequence
 import torch
 
 from agentrl_core.config import SamplingConfig
-from agentrl_core.models import precision
 from agentrl_core.rollout.engine import Generation
 from agentrl_core.rollout.native.forward import PackedForward
 from agentrl_core.rollout.native.kv_cache import SlabKVCache
@@ -87,7 +86,7 @@ class NativeEngine:
             cfg.num_hidden_layers, getattr(cfg, "num_key_value_heads", None) or heads,
             getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, dtype=self._cache_dtype(),
             device=self.device, max_bytes=int((kv_cache_mb or DEFAULT_KV_CACHE_MB) * 2**20))
-        self.forward = PackedForward(model, self.cache)
+        self.forward = PackedForward(model, self.cache, autocast)
         self.scheduler = Scheduler(self.cache, max_step_tokens=max_step_tokens, max_running=max_batch)
         self._next_rid = 0
         self._weights = self._weights_version()
@@ -144,6 +143,14 @@ class NativeEngine:
             self.scheduler.finish(req)
         self.scheduler.drop_idle()
 
+    def sleep(self) -> None:
+        """Free the engine's memory while the trainer updates the policy: drop every cached sequence, shrink
+        the KV slabs and the weight snapshot; both come back at the next step (after an update the cache
+        and snapshot would be stale anyway)."""
+        self.invalidate()
+        self.cache.clear()
+        self.forward.release()
+
     def invalidate(self) -> None:
         """Drop every cached sequence (e.g. after the weights changed)."""
         if self.scheduler.running:
@@ -159,7 +166,7 @@ class NativeEngine:
             if self.scheduler.waiting and not self.scheduler.running:
                 raise RuntimeError("the KV cache cannot admit any waiting request; raise rollout.engine.kv_cache_mb")
             return finished
-        with torch.no_grad(), precision.autocast(self.model, self.autocast):
+        with torch.no_grad():
             logits = self.forward(plan.segments)
         sampling = self.scheduler.commit(plan)
         tokens, logprobs = sample_rows(logits, [r.params for r in sampling], [r.generator for r in sampling])
@@ -193,4 +200,5 @@ class NativeEngine:
         if any(r.seq is not None for r in self.scheduler.running):
             raise RuntimeError("the model's weights changed while the engine was generating")
         self.scheduler.drop_idle()
+        self.forward.release()  # a fresh snapshot at the next forward
         self._weights = version

@@ -27,7 +27,9 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
+from agentrl_core.models import precision
 from agentrl_core.rollout.native.kv_cache import SlabKVCache
+from agentrl_core.rollout.native.weights import DecoderWeights, LayerWeights, snapshot
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 """model_type values whose decoder layers the packed forward knows."""
@@ -60,11 +62,13 @@ def native_support(model: Any) -> str | None:
 class PackedForward:
     """Runs segments of several sequences through the model, reading and writing `cache`."""
 
-    def __init__(self, model: Any, cache: SlabKVCache) -> None:
+    def __init__(self, model: Any, cache: SlabKVCache, autocast: str = "float32") -> None:
         why = native_support(model)
         if why is not None:
             raise ValueError(f"the native engine cannot run this model: {why}")
-        self.model, self.cache = model, cache
+        self.model, self.cache, self.autocast = model, cache, autocast
+        self.weights: DecoderWeights | None = None
+        self._stale = True  # the snapshot is taken at the first forward (and again after release())
         cfg = model.config
         self.heads = cfg.num_attention_heads
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
@@ -73,9 +77,31 @@ class PackedForward:
         self.scale = self.head_dim ** -0.5
         self.qk_norm = cfg.model_type == "qwen3"
 
+    def refresh(self) -> None:
+        """Take the model's current weights (after an update): a compute-dtype snapshot where every module
+        is plain, else none (the modules are called under autocast)."""
+        self.weights = None
+        self.weights = snapshot(self.model, torch.bfloat16 if self.autocast == "bfloat16" else self._param_dtype())
+        self._stale = False
+
+    def release(self) -> None:
+        """Drop the weight snapshot (its memory) until the next forward takes a fresh one."""
+        self.weights, self._stale = None, True
+
+    def _param_dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
     @torch.no_grad()
     def __call__(self, segments: Sequence[Segment]) -> torch.Tensor:
         """Logits [R, vocab] (float32) of the last token of each segment with wants_logits, in order."""
+        if self._stale:
+            self.refresh()
+        if self.weights is not None:
+            return self._forward(segments)
+        with precision.autocast(self.model, self.autocast):
+            return self._forward(segments)
+
+    def _forward(self, segments: Sequence[Segment]) -> torch.Tensor:
         inner = self.model.model
         device = self.cache.device
         ids = torch.tensor([t for s in segments for t in s.tokens], dtype=torch.long, device=device)
@@ -86,11 +112,32 @@ class PackedForward:
         x = inner.embed_tokens(ids)
         cos, sin = inner.rotary_emb(x, pos[None])
         cos, sin = cos[0, :, None, :], sin[0, :, None, :]  # [N, 1, D]
-        for index, layer in enumerate(inner.layers):
-            x = self._layer(index, layer, x, cos, sin, slots, pos, plan)
         rows = torch.tensor(plan.logit_rows, dtype=torch.long, device=device)
-        hidden = inner.norm(x.index_select(0, rows))
-        return self.model.lm_head(hidden).float()
+        if self.weights is None:
+            for index, layer in enumerate(inner.layers):
+                x = self._layer(index, layer, x, cos, sin, slots, pos, plan)
+            return self.model.lm_head(inner.norm(x.index_select(0, rows))).float()
+        w = self.weights
+        for index, layer in enumerate(w.layers):
+            x = self._layer_weights(index, layer, x, cos, sin, slots, pos, plan)
+        return w.head(w.norm(x.index_select(0, rows)).to(w.dtype)).float()
+
+    def _layer_weights(self, index: int, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       slots: torch.Tensor, pos: torch.Tensor, plan: "_AttentionPlan") -> torch.Tensor:
+        """One layer from the weight snapshot: float32 residual and norms, compute-dtype matmuls."""
+        n, dtype = x.shape[0], self.weights.dtype
+        h = w.input_norm(x).to(dtype)
+        q = w.q(h).view(n, self.heads, self.head_dim)
+        k = w.k(h).view(n, self.kv_heads, self.head_dim)
+        v = w.v(h).view(n, self.kv_heads, self.head_dim)
+        if w.q_norm is not None:
+            q, k = w.q_norm(q), w.k_norm(k)
+        q, k = torch.split(_rope(torch.cat((q, k), dim=1), cos, sin), (self.heads, self.kv_heads), dim=1)
+        keys, values = self.cache.write(index, slots, pos, k, v)
+        out = self._attend(q, keys, values, plan)
+        x = x + w.o(out.reshape(n, self.heads * self.head_dim).to(dtype))
+        h = w.post_norm(x).to(dtype)
+        return x + w.down(w.act(w.gate(h)) * w.up(h))
 
     def _layer(self, index: int, layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                slots: torch.Tensor, pos: torch.Tensor, plan: "_AttentionPlan") -> torch.Tensor:
@@ -102,7 +149,7 @@ class PackedForward:
         v = attn.v_proj(h).view(n, self.kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = attn.q_norm(q), attn.k_norm(k)
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        q, k = torch.split(_rope(torch.cat((q, k), dim=1), cos, sin), (self.heads, self.kv_heads), dim=1)
         keys, values = self.cache.write(index, slots, pos, k, v)
         out = self._attend(q, keys, values, plan)
         x = x + attn.o_proj(out.reshape(n, self.heads * self.head_dim))
@@ -138,16 +185,21 @@ class PackedForward:
 
     def _attend_prefill(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int,
                         n: int) -> torch.Tensor:
-        """q [n, H, D] at positions start..start+n-1 over keys/values [H_kv, T, D] of its slot."""
+        """q [n, H, D] at positions start..start+n-1 over keys/values [H_kv, T, D] of its slot.
+
+        The g query heads of each KV head are folded into the query length ([H_kv, g·n, D], row
+        j·n + i = head j of the group at position i), so grouped-query attention reads K/V as they are
+        stored; row (j, i) sees positions 0..start+i.
+        """
         total = start + n
-        qh = q.transpose(0, 1)[None]  # [1, H, n, D]
+        folded = q.view(n, self.kv_heads, self.group, self.head_dim).permute(1, 2, 0, 3)
+        folded = folded.reshape(1, self.kv_heads, self.group * n, self.head_dim)
         k, v = keys[None, :, :total], values[None, :, :total]
-        if start == 0:
-            got = F.scaled_dot_product_attention(qh, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
-        else:
-            mask = torch.arange(total, device=q.device)[None, :] <= (start + torch.arange(n, device=q.device))[:, None]
-            got = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, scale=self.scale, enable_gqa=True)
-        return got[0].transpose(0, 1)
+        seen = start + torch.arange(n, device=q.device).repeat(self.group)
+        mask = torch.arange(total, device=q.device)[None, :] <= seen[:, None]
+        got = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, scale=self.scale)
+        return got[0].view(self.kv_heads, self.group, n, self.head_dim).permute(2, 0, 1, 3).reshape(
+            n, self.heads, self.head_dim)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -53,7 +53,11 @@ class SlabKVCache:
     def allocate(self) -> int:
         """A free slot (lowest index first), growing the slot count if none is free; CacheFull if over budget."""
         if not self._free:
-            self._resize(self.slots * 2, self.tokens)
+            room = self.max_bytes // (self.tokens * self.bytes_per_token)
+            if room <= self.slots:
+                raise CacheFull(f"{self.slots + 1} slots x {self.tokens} tokens exceed the KV budget of "
+                                f"{self.max_bytes >> 20} MiB")
+            self._resize(min(self.slots * 2, room), self.tokens)
         slot = min(self._free)
         self._free.remove(slot)
         self._used.add(slot)
@@ -86,6 +90,30 @@ class SlabKVCache:
         keys[slots, :, positions] = k.to(self.dtype)
         values[slots, :, positions] = v.to(self.dtype)
         return keys, values
+
+    def shrink(self, moves: dict[int, int], slots: int) -> None:
+        """Move slot src -> dst for each of `moves` (dst free), then keep only the first `slots` slots: the
+        room given back lets T grow. Every used slot must be below `slots` after the moves."""
+        for src, dst in moves.items():
+            self.copy_prefix(src, dst, self.tokens)
+            self._used.remove(src)
+            self._used.add(dst)
+            self._free.remove(dst)
+            self._free.append(src)
+        if any(slot >= slots for slot in self._used):
+            raise ValueError("shrink() would drop a used slot")
+        self.keys = [k[:slots].clone() for k in self.keys]
+        self.values = [v[:slots].clone() for v in self.values]
+        self._free = [f for f in self._free if f < slots]
+        self.slots = slots
+
+    def clear(self) -> None:
+        """Give the memory back: no slot is in use; the slabs shrink to one small slot (they regrow on demand)."""
+        if self._used:
+            raise ValueError("clear() with slots in use")
+        self.slots = self.tokens = 0
+        self.keys, self.values, self._free = [], [], []
+        self._resize(1, 16, check=False)
 
     def copy_prefix(self, src: int, dst: int, length: int) -> None:
         """Positions [0, length) of slot `src` into slot `dst` (sharing a common prompt costs a copy, not a prefill)."""

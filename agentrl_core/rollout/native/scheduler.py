@@ -184,14 +184,30 @@ class Scheduler:
         self.stats["reused_tokens"] += req.reused
 
     def _make_room(self, length: int) -> None:
-        """Grow T to `length`, evicting idle sequences until it fits (CacheFull if it cannot)."""
+        """Grow T to `length`: first give back unused slots, then evict idle sequences, until it fits
+        (CacheFull if it cannot)."""
         while True:
             try:
                 self.cache.reserve_length(length)
                 return
             except CacheFull:
-                if not self._evict_one():
+                if not (self._shrink() or self._evict_one()):
                     raise
+
+    def _shrink(self) -> bool:
+        """Pack the cached sequences into the lowest slots and drop the slots above them (the slab keeps
+        every slot at length T, so unused slots cost as much as used ones); False if none can go."""
+        keep = max(1, len(self.sequences))
+        if keep >= self.cache.slots:
+            return False
+        free_low = sorted(set(range(keep)) - {s.slot for s in self.sequences})
+        moves = {}
+        for seq in sorted(self.sequences, key=lambda s: s.slot):
+            if seq.slot >= keep:
+                moves[seq.slot] = free_low.pop(0)
+                seq.slot = moves[seq.slot]
+        self.cache.shrink(moves, keep)
+        return True
 
     def _allocate(self) -> int:
         while True:
