@@ -37,6 +37,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--gradient-checkpointing", choices=["on", "off"], default="on",
                    help="for both trainers (TRL 1.16 turns it on by default)")
+    p.add_argument("--ours-gradient-checkpointing", choices=["on", "off"], default=None,
+                   help="ours only (default: --gradient-checkpointing); each side's best is a separate run")
+    p.add_argument("--trl-gradient-checkpointing", choices=["on", "off"], default=None,
+                   help="TRL only (default: --gradient-checkpointing)")
+    p.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="bfloat16: our bf16 autocast and TRL's bf16=True (its CPU autocast), fp32 weights on both")
     p.add_argument("--json", default=None)
     p.add_argument("--only", choices=["ours", "trl"], default=None, help=argparse.SUPPRESS)  # child mode
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -69,7 +75,7 @@ def countdown_reward(completions: list, task_id: list[int], **_: object) -> list
     return out
 
 
-def run_trl(steps: int, threads: int, checkpointing: bool) -> dict:
+def run_trl(steps: int, threads: int, checkpointing: bool, bf16: bool = False) -> dict:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -96,7 +102,7 @@ def run_trl(steps: int, threads: int, checkpointing: bool) -> dict:
         cfg = GRPOConfig(
             output_dir=out, per_device_train_batch_size=PROMPTS * GENERATIONS, num_generations=GENERATIONS,
             generation_batch_size=PROMPTS * GENERATIONS, max_completion_length=NEW_TOKENS, temperature=1.0,
-            beta=BETA, learning_rate=LR, max_steps=steps, use_cpu=True, bf16=False, logging_steps=1,
+            beta=BETA, learning_rate=LR, max_steps=steps, use_cpu=True, bf16=bf16, logging_steps=1,
             report_to="none", save_strategy="no", shuffle_dataset=False, seed=0,
             gradient_checkpointing=checkpointing,
         )
@@ -110,12 +116,13 @@ def run_trl(steps: int, threads: int, checkpointing: bool) -> dict:
 
 
 # -- ours (child process): the same step bench_speed.py times --------------------------------------
-def run_ours(steps: int, threads: int, checkpointing: bool) -> dict:
+def run_ours(steps: int, threads: int, checkpointing: bool, bf16: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ours.json"
         cmd = [sys.executable, str(ROOT / "bench" / "bench_speed.py"), "--steps", str(steps), "--threads", str(threads),
                "--prompts", str(PROMPTS), "--samples", str(GENERATIONS), "--new-tokens", str(NEW_TOKENS),
-               "--kl", str(BETA), "--json", str(out)] + (["--gradient-checkpointing"] if checkpointing else [])
+               "--kl", str(BETA), "--json", str(out), "--compute-dtype", "bfloat16" if bf16 else "float32"]
+        cmd += ["--gradient-checkpointing"] if checkpointing else []
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         data = json.loads(out.read_text())
     runs = data["runs"]
@@ -123,9 +130,16 @@ def run_ours(steps: int, threads: int, checkpointing: bool) -> dict:
             "peak_rss_gib": data["figures"]["peak_rss_gib"]}
 
 
+def _checkpointing(args: argparse.Namespace, side: str) -> bool:
+    own = getattr(args, f"{side}_gradient_checkpointing")
+    return (own or args.gradient_checkpointing) == "on"
+
+
 def child(args: argparse.Namespace) -> int:
-    gc = args.gradient_checkpointing == "on"
-    result = run_trl(args.steps, args.threads, gc) if args.only == "trl" else run_ours(args.steps, args.threads, gc)
+    bf16 = args.compute_dtype == "bfloat16"
+    gc = _checkpointing(args, args.only)
+    result = run_trl(args.steps, args.threads, gc, bf16) if args.only == "trl" else \
+        run_ours(args.steps, args.threads, gc, bf16)
     Path(args.out).write_text(json.dumps(result))
     return 0
 
@@ -133,9 +147,10 @@ def child(args: argparse.Namespace) -> int:
 def measure(which: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{which}.json"
+        gc = "on" if _checkpointing(args, which) else "off"
         subprocess.run([sys.executable, __file__, "--only", which, "--out", str(out), "--steps", str(args.steps),
-                        "--threads", str(args.threads), "--gradient-checkpointing", args.gradient_checkpointing],
-                       check=True, env=dict(os.environ))
+                        "--threads", str(args.threads), "--gradient-checkpointing", gc,
+                        "--compute-dtype", args.compute_dtype], check=True, env=dict(os.environ))
         return json.loads(out.read_text())
 
 
@@ -155,9 +170,10 @@ def main() -> int:
     figures = {f"ours_{k}": v for k, v in ours.items()} | {f"trl_{k}": v for k, v in trl.items()}
     figures["speedup_step_time"] = trl["step_s"] / ours["step_s"]
     figures["memory_ratio_ours_over_trl"] = ours["peak_rss_gib"] / trl["peak_rss_gib"]
+    gc = {side: "on" if _checkpointing(args, side) else "off" for side in ("ours", "trl")}
     print_table(f"GRPO step: agentrl vs TRL, {PROMPTS}x{GENERATIONS}x{NEW_TOKENS} tokens, beta={BETA}, "
-                f"{args.threads} threads, gradient checkpointing {args.gradient_checkpointing} "
-                "(median after the first step)", figures)
+                f"{args.threads} threads, {args.compute_dtype}, gradient checkpointing ours {gc['ours']} / "
+                f"TRL {gc['trl']} (median after the first step)", figures)
     save_json(args.json, {"args": vars(args), "figures": figures})
     return 0
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,9 @@ def test_child_dies_when_its_parent_is_killed(arm):
             os.kill(child, signal.SIGKILL)
 
 
-def test_kill_tracked_ends_a_child_and_its_own_children():
+def test_kill_tracked_ends_a_child_and_its_own_children(monkeypatch):
+    # only this test's child: kill_tracked must not end the session's env server (tracked too)
+    monkeypatch.setattr(lifetime, "_tracked", weakref.WeakSet())
     script = "import subprocess, sys, time; g = subprocess.Popen([sys.executable, '-c', 'import time; " \
              "time.sleep(120)']); print(g.pid, flush=True); time.sleep(120)"
     child = lifetime.track(subprocess.Popen([sys.executable, "-c", script], text=True, stdout=subprocess.PIPE,

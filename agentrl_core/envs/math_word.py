@@ -2,7 +2,9 @@
 
 Task id -> a deterministic story (seeded by the id) about an invented person and invented objects,
 with 1 to 3 operations (+, -, *, exact /). Every number stated in the story is <= 100, every
-intermediate count is a positive integer <= 1000, and the answer is a non-negative integer.
+intermediate count is a positive integer <= 1000, and the answer is a non-negative integer. The
+constructor's difficulty knobs (`min_ops`, `max_ops`, `max_stated`, `max_count`) change those
+bounds, e.g. `env.kwargs: {max_ops: 1, max_stated: 20, max_count: 100}` for one-step problems.
 The model replies with free text; the LAST `#### n` counts ("#### 1,200." reads as 1200). Every
 reply is one attempt: correct -> reward 1.0 and the episode ends; a wrong number -> "Not quite.
 Try again." (the answer is never revealed) until `max_attempts` are used, then reward 0.0.
@@ -51,6 +53,34 @@ class Problem:
 
 
 # -- problem generation -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Difficulty:
+    """Knobs of the generator: how many operations a story has, and how large its numbers get.
+
+    The defaults are the original generator's (tasks are the same ids -> the same stories);
+    other settings give other stories for the same ids, still deterministic.
+    """
+
+    min_ops: int = 1
+    max_ops: int = 3
+    max_stated: int = MAX_STATED
+    """Largest number written in a story."""
+    max_count: int = MAX_COUNT
+    """Largest intermediate count."""
+
+    def validate(self) -> None:
+        if not 1 <= self.min_ops <= self.max_ops <= 6:
+            raise ValueError(f"need 1 <= min_ops <= max_ops <= 6, got min_ops={self.min_ops}, max_ops={self.max_ops}")
+        if not 10 <= self.max_stated <= self.max_count <= 100_000:
+            raise ValueError(f"need 10 <= max_stated <= max_count <= 100000, got max_stated={self.max_stated}, "
+                             f"max_count={self.max_count}")
+
+    @property
+    def seed_tag(self) -> str:
+        """What the per-task RNG is seeded with besides the id ('' for the defaults: the original stories)."""
+        return "" if self == Difficulty() else f":{self.min_ops}-{self.max_ops}:{self.max_stated}:{self.max_count}"
+
+
 @dataclass
 class _Story:
     """A story being built: who, what, the running count, the sentences and the worked steps."""
@@ -61,6 +91,7 @@ class _Story:
     count: int
     sentences: list[str]
     steps: list[str]
+    level: Difficulty = Difficulty()
 
     def apply(self, op: str, operand: int, sentence: str) -> None:
         """Record one operation: count <- count op operand, with its sentence and worked step."""
@@ -75,22 +106,22 @@ def _open(rng: random.Random, story: _Story, ops_left: int) -> int:
     """The first sentence; sometimes it is itself a multiplication (k containers of n each).
     Returns how many operations it used (0 or 1)."""
     if ops_left >= 1 and rng.random() < 0.3:
-        k, n = rng.randint(2, 10), rng.randint(2, 20)
+        k, n = rng.randint(2, 10), rng.randint(2, min(20, story.level.max_count // 10))
         container = rng.choice(_CONTAINERS)
         story.count = k
         story.apply("*", n, f"{story.name} has {k} {container} with {n} {story.obj} in each.")
         return 1
-    story.count = rng.randint(2, MAX_STATED)
+    story.count = rng.randint(2, story.level.max_stated)
     story.sentences.append(f"{story.name} has {story.count} {story.obj}.")
     return 0
 
 
-def _valid_ops(count: int) -> list[str]:
-    """The operations that keep the count a positive integer <= MAX_COUNT with stated numbers <= 100."""
-    ops = ["+"]
+def _valid_ops(count: int, level: Difficulty = Difficulty()) -> list[str]:
+    """The operations that keep the count a positive integer <= max_count with stated numbers <= max_stated."""
+    ops = ["+"] if count < level.max_count else []
     if count >= 2:
         ops.append("-")
-    if count * 2 <= MAX_COUNT:
+    if count * 2 <= level.max_count:
         ops.append("*")
     if any(count % k == 0 for k in range(2, 11)):
         ops.append("/")
@@ -99,18 +130,18 @@ def _valid_ops(count: int) -> list[str]:
 
 def _next_op(rng: random.Random, story: _Story) -> None:
     """Add one random valid operation to the story."""
-    s, c = story, story.count
-    op = rng.choice(_valid_ops(c))
+    s, c, level = story, story.count, story.level
+    op = rng.choice(_valid_ops(c, level))
     if op == "+":
-        n = rng.randint(1, min(MAX_STATED, MAX_COUNT - c))
+        n = rng.randint(1, min(level.max_stated, level.max_count - c))
         s.apply("+", n, rng.choice((f"{s.friend} gives {s.name} {n} more {s.obj}.",
                                     f"{s.name} finds {n} more {s.obj}.")))
     elif op == "-":
-        n = rng.randint(1, min(MAX_STATED, c - 1))
+        n = rng.randint(1, min(level.max_stated, c - 1))
         s.apply("-", n, rng.choice((f"{s.name} gives {n} {s.obj} to {s.friend}.",
                                     f"{s.name} loses {n} {s.obj}.")))
     elif op == "*":
-        k = rng.randint(2, min(10, MAX_COUNT // c))
+        k = rng.randint(2, min(10, level.max_count // c))
         s.apply("*", k, f"Then {s.name}'s pile of {s.obj} grows to {k} times its size.")
     else:
         k = rng.choice([d for d in range(2, 11) if c % d == 0])
@@ -118,17 +149,18 @@ def _next_op(rng: random.Random, story: _Story) -> None:
 
 
 @lru_cache(maxsize=8192)
-def make_problem(task_id: int) -> Problem:
-    """The problem of `task_id` (a seeded RNG per id, so the same id always gives the same story)."""
+def make_problem(task_id: int, level: Difficulty = Difficulty()) -> Problem:
+    """The problem of `task_id` at difficulty `level` (a seeded RNG per id, so the same id always gives
+    the same story)."""
     if task_id not in TRAIN_IDS and task_id not in TEST_IDS:
         raise TaskNotFoundError(
             f"math has no task {task_id}: train ids are [{TRAIN_IDS.start}, {TRAIN_IDS.stop}), "
             f"test ids are [{TEST_IDS.start}, {TEST_IDS.stop})"
         )
-    rng = random.Random(f"math-word-v1:{task_id}")
+    rng = random.Random(f"math-word-v1:{task_id}{level.seed_tag}")
     name, friend = rng.sample(_NAMES, 2)
-    story = _Story(name, friend, rng.choice(_OBJECTS), 0, [], [])
-    ops = rng.randint(1, 3)
+    story = _Story(name, friend, rng.choice(_OBJECTS), 0, [], [], level)
+    ops = rng.randint(level.min_ops, level.max_ops)
     ops -= _open(rng, story, ops)
     for _ in range(ops):
         _next_op(rng, story)
@@ -163,10 +195,13 @@ class MathWord(Env):
     system_prompt = "Solve the math word problem step by step, then end your reply with '#### <number>'."
     max_steps = 2  # the default max_attempts; instances take theirs from the constructor
 
-    def __init__(self, max_attempts: int = 2) -> None:
+    def __init__(self, max_attempts: int = 2, min_ops: int = 1, max_ops: int = 3, max_stated: int = MAX_STATED,
+                 max_count: int = MAX_COUNT) -> None:
         super().__init__()
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.difficulty = Difficulty(min_ops, max_ops, max_stated, max_count)
+        self.difficulty.validate()
         self.max_attempts = max_attempts
         self.max_steps = max_attempts  # every reply is one attempt, so the episode ends in time
         self._problem: Problem | None = None
@@ -180,7 +215,7 @@ class MathWord(Env):
         return self._problem
 
     def _reset(self, *, task_id: int, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        self._problem = make_problem(int(task_id))
+        self._problem = make_problem(int(task_id), self.difficulty)
         self._attempts = 0
         obs = f"{self._problem.question}\n{FORMAT_HINT} You have {self.max_attempts} attempts."
         return obs, {"attempts": 0}

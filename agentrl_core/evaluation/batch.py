@@ -84,6 +84,9 @@ class EvalGrid(Section):
     """An episode whose context would exceed this is truncated."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype of the loaded model (hf, vllm, and the server started for openai); a GPU wants bfloat16."""
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Matmul precision of an in-process engine (auto/native/hf): auto = this machine's measured choice
+    (agentrl_core.models.compute), as training uses."""
     out_dir: Path | None = None
     """If set, each job's trajectories go to <out_dir>/<job slug>/trajectories.parquet."""
 
@@ -184,7 +187,12 @@ def open_engine(grid: EvalGrid, checkpoint_uri: str) -> Iterator[tuple[Engine, A
     tokenizer = load_tokenizer(path)
     cfg = grid.engine
     if cfg.kind in ("auto", "native", "hf"):
-        yield make_engine(cfg, load_model(path, dtype=grid.dtype), tokenizer), tokenizer
+        compute = grid.compute_dtype
+        if compute == "auto":
+            from agentrl_core.models.compute import choose_compute_dtype
+
+            compute = choose_compute_dtype(path).dtype
+        yield make_engine(cfg, load_model(path, dtype=grid.dtype), tokenizer, autocast=compute), tokenizer
     elif cfg.kind == "vllm":
         yield make_engine(cfg, None, tokenizer, model_path=path, dtype=grid.dtype), tokenizer
     else:

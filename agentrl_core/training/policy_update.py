@@ -115,14 +115,15 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     trajs = select_samples(trajs, cfg)
     if not trajs:
         return {"samples_trained": 0.0}
-    batches = plan_batches(ctx, trajs)
-    rewards = shaped_rewards(ctx, trajs, batches)
+    rewards = shaped_rewards(ctx, trajs, plan_batches(ctx, trajs) if cfg.kl_reward_coef > 0 else [])
     adv = token_advantages(trajs, rewards, cfg)
-    for mb in batches:
-        mb.advantages = adv[mb.index, : mb.target_mask.shape[1]] * mb.target_mask
-    full_mask = torch.cat([b.target_mask.sum(1) for b in batches])
-    norm = alg.LossNorm(global_tokens=float(full_mask.sum().clamp(min=1)), global_seqs=float(len(trajs)),
+    mask = target_mask(trajs)
+    norm = alg.LossNorm(global_tokens=float(mask.sum().clamp(min=1)), global_seqs=float(len(trajs)),
                         scale_tokens=float(cfg.loss_scale_tokens))
+    rows = rows_with_gradient(adv, mask, cfg)
+    batches = plan_batches(ctx, [trajs[i] for i in rows])
+    for mb in batches:
+        mb.advantages = adv[rows][mb.index, : mb.target_mask.shape[1]] * mb.target_mask
     olds = _old_logprobs(ctx, batches, epochs)
     totals: dict[str, float] = {}
     for _ in range(epochs):
@@ -130,12 +131,24 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
             for k, v in _micro_step(ctx, mb, norm, old).items():
                 totals[k] = totals.get(k, 0.0) + v / epochs
         totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / epochs
-    mask = target_mask(trajs)
     seq_adv = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
     totals.update(adv_abs_mean=float(seq_adv.abs().mean()), lr=ctx.backend.lr,
                   micro_batches=float(len(batches)), samples_trained=float(len(trajs)),
-                  shaped_reward_mean=float(rewards.mean()))
+                  samples_backpropagated=float(len(rows)), shaped_reward_mean=float(rewards.mean()))
     return totals
+
+
+def rows_with_gradient(adv: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConfig) -> list[int]:
+    """The samples whose loss has a gradient: with no KL and no entropy term in the loss, every policy loss is
+    A·f(ratio, log π) per token, so a sample whose advantages are all 0 (a GRPO group with equal rewards)
+    adds exactly nothing and its forward and backward are skipped; the loss keeps the whole batch's
+    normalisation, so it and its gradient are unchanged. All samples when nothing would be skipped
+    (a batch with no signal at all still takes its optimizer step, as before)."""
+    every = list(range(adv.shape[0]))
+    if cfg.kl_coef > 0 or cfg.entropy_coef > 0:
+        return every
+    rows = [i for i, moved in enumerate(((adv * mask).abs().sum(1) > 0).tolist()) if moved]
+    return rows or every
 
 
 def plan_batches(ctx: UpdateContext, trajs: Sequence[Trajectory]) -> list[MicroBatch]:

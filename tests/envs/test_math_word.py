@@ -150,3 +150,16 @@ def test_bad_construction_and_expert_before_reset() -> None:
         MathWord(max_attempts=0)
     with pytest.raises(ResetNeededError):
         MathWord().expert_action()
+
+
+def test_difficulty_knobs_bound_the_stories() -> None:
+    env = MathWord(max_ops=1, max_stated=20, max_count=100)
+    for task_id in range(0, 300, 3):
+        obs, _ = env.reset(task_id=task_id)
+        p = env.problem
+        assert len(p.steps) == 1 and 0 <= p.answer <= 100
+        assert all(int(n) <= 20 for n in re.findall(r"\d+", obs.split("\n")[0]))
+        assert env.step(env.expert_action()).reward == 1.0
+    assert MathWord().reset(task_id=7)[0].startswith(make_problem(7).question)  # defaults: the original stories
+    with pytest.raises(ValueError, match="max_ops"):
+        MathWord(min_ops=3, max_ops=2)

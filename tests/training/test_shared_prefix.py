@@ -107,3 +107,33 @@ def test_gradient_checkpointing_runs_rows_whole(tiny_model_path):
         shared = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.target_mask,
                                 prefixes=plan_prefixes(trajs, idx))
     assert torch.equal(shared.logprobs, plain.logprobs)
+
+
+def test_samples_without_advantage_are_skipped_and_the_update_is_unchanged(tiny_model_path, monkeypatch):
+    from agentrl_core.training import policy_update as pu
+
+    def batch():
+        trajs = group_batch(seed=3)
+        for t in trajs:
+            if t.group == 1:
+                t.reward = 1.0  # a group with equal rewards: every advantage 0
+        return trajs
+
+    def run(skip: bool):
+        if not skip:
+            monkeypatch.setattr(pu, "rows_with_gradient", lambda adv, mask, cfg: list(range(adv.shape[0])))
+        torch.manual_seed(0)
+        model = load_model(tiny_model_path)
+        model.train()
+        opt, sched = build_optimizer(model, OptimConfig(lr=1e-3), total_steps=1)
+        ctx = UpdateContext(model, opt, sched, AlgorithmConfig(), grad_clip=1e9, micro_batch_tokens=4096, pad_id=0,
+                            shared_prefix=True)
+        return policy_update(ctx, batch()), model.state_dict()
+
+    m_skip, w_skip = run(True)
+    m_all, w_all = run(False)
+    assert m_skip["samples_backpropagated"] == 8 and m_all["samples_backpropagated"] == 12
+    assert m_skip["grad_norm"] == pytest.approx(m_all["grad_norm"], rel=1e-5)
+    assert m_skip["pg_loss"] == pytest.approx(m_all["pg_loss"], abs=1e-7)
+    for name in w_all:
+        torch.testing.assert_close(w_skip[name], w_all[name], atol=2e-5, rtol=1e-4)
