@@ -22,9 +22,16 @@ def wants_reexec(environ: dict[str, str]) -> bool:
     return environ.get(OPT_OUT) != "1" and any(k not in environ for k in TUNED)
 
 
-def reexec_with_tuned_malloc(argv: Sequence[str]) -> None:
-    """Replace this process by the same command with the tuned malloc settings (returns if not needed)."""
+def reexec_with_tuned_malloc(argv: Sequence[str], entry: Sequence[str] = ("-m", "agentrl.cli")) -> None:
+    """Replace this process by the same command (`python <entry> <argv>`) with the tuned malloc
+    settings; returns if they are already in force, opted out, or not on Linux."""
     if not wants_reexec(dict(os.environ)) or not sys.platform.startswith("linux"):
         return
     env = {**os.environ, **{k: os.environ.get(k, v) for k, v in TUNED.items()}}
-    os.execve(sys.executable, [sys.executable, "-m", "agentrl.cli", *argv], env)
+    os.execve(sys.executable, [sys.executable, *entry, *argv], env)
+
+
+def reexec_script_with_tuned_malloc() -> None:
+    """The same for a script run as `python path/to/script.py ...` (the benchmarks: they measure what
+    `agentrl run` does, allocator included)."""
+    reexec_with_tuned_malloc(sys.argv[1:], entry=(os.path.abspath(sys.argv[0]),))

@@ -76,7 +76,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
     from agentrl_core.serving.openai_server import API_KEY_ENV, serve_openai
 
     serve_openai(resolve_model(args.model), args.host, args.port, api_key=os.environ.get(API_KEY_ENV) or None,
-                 threads=args.threads)
+                 threads=args.threads, allow_unauthenticated=args.allow_unauthenticated)
     return 0
 
 
@@ -86,6 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(
         env_names=args.envs.split(",") if args.envs else None, host=args.host, port=args.port,
         max_sessions=args.max_sessions, session_ttl_s=args.session_ttl, workers=args.workers,
+        allow_unauthenticated=args.allow_unauthenticated,
     )
     return 0
 
@@ -111,6 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     interrupts.install(on_second=lifetime.kill_tracked)  # Ctrl-C/SIGTERM: stop and record; a second: exit now
     recipe = load_recipe(args.recipe, args.overrides)  # fail on a bad recipe before Prefect starts
+    _move_inline_secrets(recipe)  # a typed password must never reach Prefect's database
     check_rl_stage(recipe)  # the train pipeline has a GRPO stage
     resolve_model(recipe.model.name)  # and on a missing model (an alias is imported once, here)
     configure_local_prefect()
@@ -137,6 +139,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     _print_evals(result["evals"])
     console.print(f"report: {result['report']['markdown']}  ({time.time() - start:.0f} s)")
     return 0
+
+
+def _move_inline_secrets(recipe) -> None:  # type: ignore[no-untyped-def]
+    """Put credentials typed on the command line (or in the YAML) into this run's environment; the recipe
+    Prefect stores names the variable (env:AGENTRL_SECRET_...), never the value. Says so once per setting."""
+    from agentrl_core.secrets import move_inline_secrets
+
+    for name, var in move_inline_secrets(recipe).items():
+        console.print(f"[yellow]{name}[/yellow] holds a credential: this run reads it from ${var} (set here, for "
+                      f"this process only); the recipe stored in Prefect says {name}=env:{var}. For deployments and "
+                      f"repeat runs, export a variable on the worker and pass {name}=env:NAME, or use "
+                      f"{name}=prefect-secret:BLOCK (a Prefect Secret block).", soft_wrap=True)
 
 
 def _interrupt_signal(exc: BaseException) -> int | None:
@@ -212,6 +226,13 @@ def _compute_dtype(model: str, setting: str) -> str:
     return choice.dtype
 
 
+def _add_auth_flag(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--allow-unauthenticated", action="store_true",
+                   help="serve on a non-loopback --host without a bearer token (anyone on the network may use it); "
+                        "by default that is refused unless AGENTRL_SERVER_TOKEN is set, and clients then send "
+                        "'Authorization: Bearer $AGENTRL_SERVER_TOKEN'")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrl", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -246,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    _add_auth_flag(s)
     s.set_defaults(fn=cmd_serve_model)
 
     s = sub.add_parser("serve", help="serve environments over HTTP (AgentGym routes included)")
@@ -255,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=None, help="shared env worker processes (default: one per core)")
     s.add_argument("--max-sessions", type=int, default=1024, help="most live sessions (then HTTP 429)")
     s.add_argument("--session-ttl", type=float, default=600.0, help="seconds before an idle session is closed")
+    _add_auth_flag(s)
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("run", help="run a recipe as a Prefect flow (ephemeral local Prefect unless PREFECT_API_URL is set)")

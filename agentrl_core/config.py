@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrl_core.safe_names import SafeName, check_path_text, check_storage_location, path_under
+from agentrl_core.secrets import Secret, SecretUrl
 
 
 class Section(BaseModel):
@@ -65,8 +66,9 @@ class EnvConfig(Section):
     """Address the environment server binds to."""
     port: int | None = None
     """Port of the environment server; None picks a free one."""
-    url: str | None = None
-    """Use an already running server at this URL instead of starting one."""
+    url: SecretUrl | None = None
+    """Use an already running server at this URL instead of starting one (a secret setting: a password in
+    it is never stored or shown; env:VAR or prefect-secret:BLOCK name where the URL is kept)."""
     max_turns: int = Field(8, ge=1, le=100)
     """Most model turns per episode (the episode is truncated after)."""
     train_tasks: int = Field(64, ge=1)
@@ -116,8 +118,9 @@ class EngineConfig(Section):
     max_step_tokens: int = Field(2048, ge=16)
     """native: most tokens in one forward pass (one per decoding episode plus prefill chunks); a longer
     prompt is prefilled over several steps."""
-    url: str | None = None
-    """Base URL of the OpenAI-compatible server (kind=openai), e.g. http://127.0.0.1:8001/v1."""
+    url: SecretUrl | None = None
+    """Base URL of the OpenAI-compatible server (kind=openai), e.g. http://127.0.0.1:8001/v1 (a secret
+    setting: credentials in it are never stored or shown; env:VAR or prefect-secret:BLOCK also work)."""
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)
     """vllm: fraction of the GPU's memory vLLM may take (weights + KV cache); leave room for training
     when colocated."""
@@ -199,9 +202,10 @@ class DeepSpeedConfig(Section):
 class ExperienceConfig(Section):
     enabled: bool = False
     """Retrieve experiences from the experience pool into the rollout context (ReMe's role in seed 000)."""
-    url: str | None = None
+    url: SecretUrl | None = None
     """Base URL of a running experience pool (http://127.0.0.1:8001); None = the flow starts one
-    (agentrl_core.experience.launch_experience_pool) and sets this for the stage."""
+    (agentrl_core.experience.launch_experience_pool) and sets this for the stage. A secret setting
+    (env:VAR and prefect-secret:BLOCK work; credentials in it are never stored or shown)."""
     mode: Literal["mixed", "all"] = "mixed"
     """"mixed": `rollout_ratio` of each group's samples get experience, the rest none (AgentEvolver's
     train_rollout_mode); "all": every sample gets experience."""
@@ -219,9 +223,10 @@ class ExperienceConfig(Section):
     """Only trajectories with reward >= min_score are summarised, and only experiences scored >= it are retrieved."""
     summarise_failures: bool = False
     """Also store a "what not to do" lesson from failed trajectories (rule summariser)."""
-    db_url: str | None = None
+    db_url: SecretUrl | None = None
     """SQLAlchemy URL of the pool's store when the flow starts it; None = SQLite at
-    <run_dir>/experience.db. PostgreSQL: postgresql+psycopg://user@host:port/db."""
+    <run_dir>/experience.db. PostgreSQL: postgresql+psycopg://user@host:port/db. A secret setting: give
+    the password through PGPASSWORD/~/.pgpass, or the whole URL as env:VAR or prefect-secret:BLOCK."""
     request_timeout_s: float = Field(60.0, gt=0.0)
     """Timeout of one request to the pool (the first one also loads the embedding model)."""
 
@@ -229,26 +234,30 @@ class ExperienceConfig(Section):
 class StoreConfig(Section):
     model_config = ConfigDict(**Section.model_config, hide_input_in_errors=True)  # URLs may hold passwords
 
-    registry_url: str | None = None
+    registry_url: SecretUrl | None = None
     """SQLAlchemy URL of the run registry; None = SQLite at <run.root>/registry.db. PostgreSQL:
-    postgresql+psycopg://user@host:port/db. Keep the password out of it (PGPASSWORD or ~/.pgpass):
-    the recipe is stored and shown; a URL that has one is redacted in logs and errors."""
+    postgresql+psycopg://user@host:port/db. A secret setting: give the password through PGPASSWORD or
+    ~/.pgpass, or the whole URL as env:VAR or prefect-secret:BLOCK; a password typed inline is masked
+    (***) wherever the recipe is stored or shown, and `agentrl run` moves it into the run's environment."""
 
     @field_validator("registry_url")
     @classmethod
-    def _check_registry_url(cls, url: str | None) -> str | None:
-        backend = url.split("://", 1)[0].split("+", 1)[0] if url is not None and "://" in url else None
-        if url is not None and backend not in ("sqlite", "postgresql"):
+    def _check_registry_url(cls, url: Secret | None) -> Secret | None:
+        if url is None or url.is_reference or url.is_redacted:
+            return url
+        text = url.reveal()
+        backend = text.split("://", 1)[0].split("+", 1)[0] if "://" in text else None
+        if backend not in ("sqlite", "postgresql"):
             raise ValueError("registry_url must be a SQLAlchemy URL of SQLite or PostgreSQL, e.g. "
                              "sqlite:////abs/path/registry.db or postgresql+psycopg://user@host:5432/db")
         return url
     storage: Annotated[str | None, AfterValidator(check_storage_location)] = None
     """Where checkpoints, datasets and reports are copied: None = the local run folder only; an
     s3://bucket/prefix URI uploads them through boto3 (the usual AWS settings or a Prefect block)."""
-    s3_endpoint_url: str | None = None
+    s3_endpoint_url: SecretUrl | None = None
     """S3-compatible endpoint (MinIO, moto: http://127.0.0.1:9000); None = boto3's own lookup
-    (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / ~/.aws/config, else AWS). Never put credentials here:
-    they come from the environment, ~/.aws or a Prefect AwsCredentials block."""
+    (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / ~/.aws/config, else AWS). Credentials come from the
+    environment, ~/.aws or a Prefect AwsCredentials block; a secret setting all the same (env:VAR works)."""
     s3_region: str | None = None
     """AWS region of the bucket; None = boto3's own lookup (AWS_DEFAULT_REGION, ~/.aws/config)."""
     aws_credentials_block: str | None = None

@@ -17,6 +17,7 @@ from agentrl_core.config_checks import check_rl_stage
 from agentrl_core.errors import ConfigError
 from agentrl_core.recipes import RECIPES_DIR, apply_override, build_config, load_recipe, parse_override
 from agentrl_core.safe_names import SafeName, path_under
+from agentrl_core.secrets import REVEAL, reveal
 
 StepCallback = Callable[[int, int, dict[str, float]], None]
 
@@ -89,7 +90,7 @@ def load_curriculum(path_or_name: str | Path) -> CurriculumConfig:
 def stage_recipe(cur: CurriculumConfig, index: int, overrides: Iterable[str] = ()) -> RecipeConfig:
     """Stage `index`'s recipe: base recipe, then the stage's overrides, then the caller's (last word)."""
     base = load_recipe(cur.base_recipe)
-    data: dict[str, Any] = base.model_dump(mode="json")
+    data: dict[str, Any] = base.model_dump(mode="json", context={REVEAL: True})  # in-process: keep secrets
     for text in [*cur.stages[index].overrides, *overrides]:
         apply_override(data, *parse_override(text))
     recipe = build_config(data)
@@ -155,7 +156,7 @@ def run_stage(recipe: RecipeConfig, name: str, init_model: str | Path, *, on_ste
     from agentrl_core.envs import launch_server
     from agentrl_core.training.grpo import train_grpo
 
-    url = env_url or recipe.env.url
+    url = env_url or reveal(recipe.env.url, "env.url")
     server_cm = nullcontext(None) if url else launch_server(
         [recipe.env.name], host=recipe.env.host, env_kwargs={recipe.env.name: recipe.env.kwargs})
     with server_cm as server:

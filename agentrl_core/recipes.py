@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 from agentrl_core.config import RecipeConfig
 from agentrl_core.config_checks import log_odd_settings
 from agentrl_core.errors import ConfigError
+from agentrl_core.secrets import REVEAL
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
@@ -145,7 +146,7 @@ def resolve_recipe(recipe: RecipeConfig | None, recipe_file: str | None, overrid
         raise ConfigError("give either recipe or recipe_file, not both")
     if recipe is None:
         return load_recipe(recipe_file, overrides)
-    data = recipe.model_dump(mode="json")
+    data = recipe.model_dump(mode="json", context={REVEAL: True})  # an in-process copy: keep secret values
     for text in overrides:
         apply_override(data, *parse_override(text))
     return build_config(data)

@@ -7,7 +7,7 @@ on the same tasks with its 95% interval (Newcombe; McNemar's exact p), a verdict
 the training reward per step (first and last quarter of the run) so a rising curve shows.
 Writes the figures (JSON) and a plot of the training curves beside them.
 
-    .venv/bin/python bench/bench_learning.py [--recipe household_learn] [--seeds 0 1] [--eval-tasks 200]
+    .venv/bin/python bench/bench_learning.py [--recipe math_learn] [--seeds 0 1] [--eval-tasks 200]
         [--json out.json] [KEY=VALUE ...]
 """
 
@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
 from bench._common import print_table, save_json  # noqa: E402
 from agentrl_core.checkpoints import export_hf  # noqa: E402
 from agentrl_core.envs import launch_server  # noqa: E402
@@ -36,7 +37,7 @@ from agentrl_core.training.sft import train_sft  # noqa: E402
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipe", default="household_learn")
+    p.add_argument("--recipe", default="math_learn")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--eval-tasks", type=int, default=200, help="held-out tasks every model plays (the same ones)")
     p.add_argument("--skip-base", action="store_true", help="do not evaluate the base model")
@@ -134,4 +135,5 @@ def report(args, cfg, evals, curves, minutes, wall_s: float) -> None:
 
 
 if __name__ == "__main__":
+    reexec_script_with_tuned_malloc()  # the allocator `agentrl run` uses (AGENTRL_SYSTEM_MALLOC=1: glibc's default)
     main()

@@ -11,6 +11,7 @@ from tasks.curriculum import curriculum_stage
 from tasks.env_server import env_server
 from tasks.records import record_eval, record_export, record_stage, run_record
 from tasks.report import report
+from tasks.secrets import prepare_secrets
 from tasks.stages import compute_settings, evaluate, import_model
 
 
@@ -31,6 +32,8 @@ def curriculum(curriculum: CurriculumConfig | None = None, curriculum_file: str 
     """
     cur = _resolve(curriculum, curriculum_file)
     recipes = [stage_recipe(cur, i, overrides or []) for i in range(len(cur.stages))]
+    for recipe in recipes:  # no password in stored parameters; load the Prefect Secret blocks named
+        prepare_secrets(recipe, overrides or [], recipe_was_sent=curriculum is not None)
     run_id = run_record(recipes[-1], "curriculum")
     init = base = import_model(recipes[0].model.name)
     recipes = [compute_settings(r, base) for r in recipes]  # auto -> this machine's values (measured once, cached)

@@ -8,12 +8,13 @@ from prefect import flow, get_run_logger
 
 from agentrl_core.config import EngineConfig
 from agentrl_core.evaluation.batch import EvalGrid
+from agentrl_core.secrets import SecretUrl
 from tasks.env_server import env_servers
 from tasks.evaluation import evaluate_grid, find_pending, publish_leaderboard
 
 
 @flow(name="batch-eval", log_prints=True, validate_parameters=True)
-def batch_eval(grid: EvalGrid, registry_url: str | None = None, root: str = "runs",
+def batch_eval(grid: EvalGrid, registry_url: SecretUrl | None = None, root: str = "runs",
                report_dir: str = "runs/leaderboard") -> dict:
     """Evaluate `grid` (what the registry already holds is skipped), then publish the leaderboard and plots."""
     with env_servers(grid.envs) as url:
@@ -25,7 +26,7 @@ def batch_eval(grid: EvalGrid, registry_url: str | None = None, root: str = "run
 @flow(name="nightly-eval", log_prints=True, validate_parameters=True)
 def nightly_eval(envs: list[str] = ["household"], seeds: list[int] = [0], k: int = 1, n_tasks: int = 16,  # noqa: B006
                  max_turns: int = 8, engine: Literal["auto", "native", "hf", "vllm", "openai"] = "auto",
-                 registry_url: str | None = None, root: str = "runs", report_dir: str = "runs/leaderboard") -> dict:
+                 registry_url: SecretUrl | None = None, root: str = "runs", report_dir: str = "runs/leaderboard") -> dict:
     """Evaluate every exported checkpoint in the registry that misses an evaluation (scheduled at 02:00)."""
     pending = find_pending(registry_url, root, envs, seeds, k, "test", engine)
     if not pending:

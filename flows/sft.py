@@ -10,6 +10,7 @@ from agentrl_core.recipes import resolve_recipe
 from tasks.env_server import env_server
 from tasks.records import finish_run, record_eval, record_export, record_stage, run_record
 from tasks.report import report
+from tasks.secrets import prepare_secrets
 from tasks.stages import compute_settings, evaluate, export_checkpoint, import_model, load_tasks, sft_stage
 
 
@@ -17,7 +18,9 @@ from tasks.stages import compute_settings, evaluate, export_checkpoint, import_m
 def sft(recipe: RecipeConfig | None = None, recipe_file: str | None = None, overrides: list[str] | None = None) -> dict:
     """Fine-tune on `sft.dataset` (chat JSONL or AgentGym trajectories) or on expert demonstrations,
     export the result, and evaluate base and SFT models on the held-out tasks."""
+    sent = recipe is not None
     recipe = resolve_recipe(recipe, recipe_file, overrides or [])
+    prepare_secrets(recipe, overrides or [], recipe_was_sent=sent)  # no password in stored parameters; load blocks
     run_id = run_record(recipe, "sft")
     base = import_model(recipe.model.name)
     recipe = compute_settings(recipe, base)  # model.compute_dtype/cpu_threads auto -> this machine's values

@@ -13,6 +13,7 @@ from tasks.env_server import env_server
 from tasks.experience import experience_pool
 from tasks.records import finish_run, record_eval, record_export, record_stage, run_record
 from tasks.report import report
+from tasks.secrets import prepare_secrets
 from tasks.stages import compute_settings, evaluate, export_checkpoint, grpo_stage, import_model, load_tasks, sft_stage
 
 
@@ -25,7 +26,9 @@ def train(recipe: RecipeConfig | None = None, recipe_file: str | None = None, ov
     checkpoints, metrics and evaluations go to the run registry (`store.registry_url`), exports to
     `store.storage` when set.
     """
+    sent = recipe is not None
     recipe = resolve_recipe(recipe, recipe_file, overrides or [])
+    prepare_secrets(recipe, overrides or [], recipe_was_sent=sent)  # no password in stored parameters; load blocks
     check_rl_stage(recipe)  # refuse trainer.steps=0 before any work
     run_id = run_record(recipe, "train")
     try:

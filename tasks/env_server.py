@@ -11,6 +11,8 @@ from prefect import get_run_logger, task
 
 from agentrl_core.config import EnvConfig
 from agentrl_core.envs import ServerProcess, launch_server
+from agentrl_core.secrets import reveal
+from agentrl_core.server_auth import run_token
 
 _SERVERS: dict[int, ServerProcess] = {}
 
@@ -42,14 +44,15 @@ def env_server(env: EnvConfig) -> Iterator[str]:
     """The url of a running server for the flow's body: an existing one (env.url) or one started and
     always stopped here, also when the body fails. A hard kill of the flow process is covered by
     the server itself, which exits when its parent process dies."""
-    if env.url:
-        yield env.url
-        return
-    info = start_env_server(env)
-    try:
-        yield str(info["url"])
-    finally:
-        stop_env_server(int(info["pid"]))
+    with run_token():  # the run's bearer token (server_auth.py): its servers, clients and workers share it
+        if env.url:
+            yield reveal(env.url, "env.url")
+            return
+        info = start_env_server(env)
+        try:
+            yield str(info["url"])
+        finally:
+            stop_env_server(int(info["pid"]))
 
 
 @task(name="start-env-servers", retries=2, retry_delay_seconds=2, timeout_seconds=180)
@@ -64,8 +67,9 @@ def start_env_servers(names: list[str]) -> dict[str, object]:
 @contextmanager
 def env_servers(names: list[str]) -> Iterator[str]:
     """The url of a server for all of `names` for the flow's body, always stopped after."""
-    info = start_env_servers(names)
-    try:
-        yield str(info["url"])
-    finally:
-        stop_env_server(int(info["pid"]))
+    with run_token():  # the run's bearer token, shared by its servers, clients and workers
+        info = start_env_servers(names)
+        try:
+            yield str(info["url"])
+        finally:
+            stop_env_server(int(info["pid"]))

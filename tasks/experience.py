@@ -9,6 +9,8 @@ from typing import Any, Iterator
 from prefect import get_run_logger, task
 
 from agentrl_core.config import RecipeConfig
+from agentrl_core.secrets import Secret, reveal
+from agentrl_core.server_auth import run_token
 
 _POOLS: dict[int, Any] = {}
 
@@ -16,7 +18,7 @@ _POOLS: dict[int, Any] = {}
 def _db_url(recipe: RecipeConfig) -> str:
     """The pool's database: experience.db_url, or a SQLite file in the run folder (kept across runs)."""
     if recipe.experience.db_url:
-        return recipe.experience.db_url
+        return reveal(recipe.experience.db_url, "experience.db_url")
     path = Path(recipe.run_dir).resolve() / "experience.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
@@ -48,8 +50,13 @@ def experience_pool(recipe: RecipeConfig) -> Iterator[RecipeConfig]:
     if not recipe.experience.enabled or recipe.experience.url:
         yield recipe
         return
+    with run_token():  # the pool and its clients share the run's bearer token
+        yield from _started_pool(recipe)
+
+
+def _started_pool(recipe: RecipeConfig) -> Iterator[RecipeConfig]:
     info = start_experience_pool(recipe)
     try:
-        yield recipe.model_copy(update={"experience": recipe.experience.model_copy(update={"url": str(info["url"])})})
+        yield recipe.model_copy(update={"experience": recipe.experience.model_copy(update={"url": Secret(str(info["url"]))})})
     finally:
         stop_experience_pool(int(info["pid"]))

@@ -191,6 +191,7 @@ def storage_from_config(store: Any, *, root: str | Path, **credentials: str | No
     """`open_storage` for a `StoreConfig` (`storage`, `s3_endpoint_url`, `s3_region`); credentials
     (aws_access_key_id, aws_secret_access_key, aws_session_token, profile_name) are passed by the
     caller (e.g. from a Prefect block), never read from the config."""
-    return open_storage(
-        store.storage, root=root, endpoint_url=store.s3_endpoint_url, region_name=store.s3_region, **credentials
-    )
+    from agentrl_core.secrets import reveal
+
+    endpoint = reveal(store.s3_endpoint_url, "store.s3_endpoint_url")
+    return open_storage(store.storage, root=root, endpoint_url=endpoint, region_name=store.s3_region, **credentials)

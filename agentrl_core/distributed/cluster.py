@@ -43,8 +43,9 @@ def loopback_only() -> None:
 
 
 @contextmanager
-def ray_runtime(cfg: DistributedConfig, cpus_needed: float) -> Iterator[None]:
-    """Ray for the duration of the block.
+def ray_runtime(cfg: DistributedConfig, cpus_needed: float, env_vars: dict[str, str] | None = None) -> Iterator[None]:
+    """Ray for the duration of the block; `env_vars` (the run's bearer token and secret variables,
+    `secrets.worker_environment`) reach every worker through the job's runtime env, on every node.
 
     Already initialised in this process (e.g. by a test or a notebook): used as is, left running.
     cfg.ray_address set: joined, disconnected after. Otherwise a local Ray on 127.0.0.1 only, no
@@ -58,13 +59,19 @@ def ray_runtime(cfg: DistributedConfig, cpus_needed: float) -> Iterator[None]:
         yield
         return
     if cfg.ray_address is not None:
-        ray.init(address=cfg.ray_address, include_dashboard=False)
+        ray.init(address=cfg.ray_address, include_dashboard=False, runtime_env=_runtime_env(env_vars))
     else:
         store = cfg.object_store_mb * 1024**2 if cfg.object_store_mb else None
         ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=store,
+                 runtime_env=_runtime_env(env_vars),
                  num_cpus=max(os.cpu_count() or 1, int(-(-cpus_needed // 1))))
         log.info("started a local Ray on 127.0.0.1: %s", ray.cluster_resources())
     try:
         yield
     finally:
         ray.shutdown()
+
+
+def _runtime_env(env_vars: dict[str, str] | None) -> dict[str, object] | None:
+    """Ray's job runtime env carrying `env_vars` to the workers (None when there are none)."""
+    return {"env_vars": dict(env_vars)} if env_vars else None

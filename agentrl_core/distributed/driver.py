@@ -9,6 +9,7 @@ from typing import Any
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.distributed.cluster import import_ray, ray_runtime
+from agentrl_core.secrets import worker_environment
 from agentrl_core.distributed.placement import (
     check_fits,
     create_placement_groups,
@@ -43,7 +44,7 @@ def train_grpo_ray(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_d
     check_combinations(cfg)  # a config built without validation (model_construct) is checked here too
     stage_dir = stage_dir or cfg.run_dir / "grpo"
     plan = plan_placement(cfg.distributed)
-    with ray_runtime(cfg.distributed, plan.cpus):
+    with ray_runtime(cfg.distributed, plan.cpus, env_vars=worker_environment(cfg)):
         ray = import_ray()
         check_fits(plan, ray.cluster_resources())
         rollout_group, trainer_group = create_placement_groups(plan)

@@ -13,6 +13,8 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
+from agentrl_core.secrets import redact_text
+from agentrl_core.server_auth import auth_headers
 from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.errors import MissingExtraError
 from agentrl_core.envs.errors import (
@@ -110,7 +112,8 @@ class EnvClient:
         self.retries = retries
         self.backoff = backoff
         self._sleep = sleep
-        self._http = http or httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._http = http or httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport,
+                                          headers=auth_headers())  # AGENTRL_SERVER_TOKEN, when set
 
     # -- transport -----------------------------------------------------------------------------
     def _request(
@@ -145,7 +148,7 @@ class EnvClient:
         if last_resp is not None:  # still overloaded: the server's own words are the best message
             raise error_from_response(last_resp, attempts=self.retries + 1)
         raise EnvServerUnavailable(
-            f"{method} {self.base_url}{path}: gave up after {self.retries + 1} attempts; last: {last}. "
+            f"{method} {redact_text(self.base_url)}{path}: gave up after {self.retries + 1} attempts; last: {last}. "
             "Is the env server running (agentrl_core.envs.launch_server / python -m agentrl_core.envs.server)?"
         )
 

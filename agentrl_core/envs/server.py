@@ -62,6 +62,14 @@ from agentrl_core.envs.wire import (
     TaskIdsResponse,
 )
 from agentrl_core.envs.worker import EnvSpec
+from agentrl_core.server_auth import (
+    TOKEN_ENV,
+    UnauthenticatedBindError,
+    check_bind,
+    is_loopback,
+    protect,
+    server_token,
+)
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +319,8 @@ def add_server_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)  # the launcher learns the port here
     p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it dies
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help=f"serve beyond loopback without a bearer token (default: refused unless {TOKEN_ENV} is set)")
     return p
 
 
@@ -350,21 +360,35 @@ def serve(
     log_level: str = "warning",
     port_file: str | None = None,
     workers: int | None = None,
+    allow_unauthenticated: bool = False,
 ) -> None:
     """Serve in the foreground until SIGINT/SIGTERM (sessions are closed on the way out).
 
     Binds 127.0.0.1 by default; port 0 or None picks a free one (announced on stderr, and
-    written to `port_file` if given). Raises UnknownEnvError / ServerStartError before serving.
+    written to `port_file` if given). Beyond loopback it needs AGENTRL_SERVER_TOKEN (server_auth.py)
+    unless `allow_unauthenticated`. Raises UnknownEnvError / ServerStartError /
+    UnauthenticatedBindError before serving.
     """
+    check_bind(host, server_token(), allow_unauthenticated=allow_unauthenticated, what="env server")
     app = create_app(env_names, max_sessions, session_ttl_s=session_ttl_s, env_kwargs=env_kwargs, workers=workers)
-    run_app(app, host, port, log_level=log_level, port_file=port_file, banner="agentrl env server on http://{}")
+    run_app(app, host, port, log_level=log_level, port_file=port_file, banner="agentrl env server on http://{}",
+            allow_unauthenticated=allow_unauthenticated)
 
 
-def run_app(app: Any, host: str, port: int | None, *, log_level: str, port_file: str | None, banner: str) -> None:
+def _error_body(message: str) -> dict[str, str]:
+    return ErrorResponse(error="Unauthorized", detail=message).model_dump()
+
+
+def run_app(app: Any, host: str, port: int | None, *, log_level: str, port_file: str | None, banner: str,
+            token: str | None = None, allow_unauthenticated: bool = False,
+            error_body: Callable[[str], dict[str, Any]] = _error_body) -> None:
     """Bind (host, port or a free one), publish the port, announce `banner` (formatted with host:port)
-    on stderr, and serve `app` with uvicorn until SIGINT/SIGTERM."""
+    on stderr, and serve `app` with uvicorn until SIGINT/SIGTERM. Requests are checked for the bearer
+    token (`token`, default AGENTRL_SERVER_TOKEN; see server_auth.py), `error_body` shapes a 401."""
     import uvicorn
 
+    protect(app, host, token=token, allow_unauthenticated=allow_unauthenticated, error_body=error_body,
+            what=banner.split(" on ")[0])
     sock = bind_socket(host, port or 0)
     bound = sock.getsockname()[1]
     if port_file:
@@ -372,11 +396,22 @@ def run_app(app: Any, host: str, port: int | None, *, log_level: str, port_file:
         tmp.write_text(str(bound))
         tmp.replace(port_file)  # atomic: the launcher never reads half a number
     print(banner.format(f"{host}:{bound}"), file=sys.stderr, flush=True)
+    print(auth_banner(host, token or server_token()), file=sys.stderr, flush=True)
     # keep-alive longer than a slow LLM turn, so clients' pooled connections are not closed under them
     config = uvicorn.Config(
         app, host=host, port=bound, log_level=log_level, access_log=False, timeout_keep_alive=KEEP_ALIVE_S
     )
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def auth_banner(host: str, token: str | None) -> str:
+    """How clients authenticate (said at start, never showing the token)."""
+    if token is None:
+        return "  no bearer token: loopback clients only" if is_loopback(host) else \
+            "  WARNING: no bearer token: anyone who can reach this address may use it (--allow-unauthenticated)"
+    return (f"  bearer token required{' beyond loopback' if is_loopback(host) else ''}: clients send "
+            f"'Authorization: Bearer <token>' with the value of {TOKEN_ENV} (agentrl clients do this when {TOKEN_ENV} "
+            "is set to the same value in their environment)")
 
 
 def exit_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
@@ -403,9 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             [n.strip() for n in args.envs.split(",") if n.strip()] or None, args.host, args.port,
             max_sessions=args.max_sessions, session_ttl_s=args.session_ttl,
             env_kwargs=json.loads(args.env_kwargs), log_level=args.log_level, port_file=args.port_file,
-            workers=args.workers,
+            workers=args.workers, allow_unauthenticated=args.allow_unauthenticated,
         )
-    except (EnvError, ValueError) as exc:
+    except (EnvError, ValueError, UnauthenticatedBindError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     return 0

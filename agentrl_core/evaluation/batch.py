@@ -209,7 +209,9 @@ def open_engine(grid: EvalGrid, checkpoint_uri: str) -> Iterator[tuple[Engine, A
 def _openai_url(grid: EvalGrid, checkpoint_uri: str, path: Path) -> Iterator[tuple[str, str | None]]:
     """(base URL, API key): grid.engine.url, or agentrl's own server started for this checkpoint."""
     if grid.engine.url is not None:
-        yield grid.engine.url, os.environ.get(grid.api_key_env) or None
+        from agentrl_core.secrets import reveal
+
+        yield reveal(grid.engine.url, "engine.url"), os.environ.get(grid.api_key_env) or None
         return
     from agentrl_core.serving import launch_openai_server
 

@@ -7,6 +7,8 @@ from typing import Any, Sequence
 import httpx
 from pydantic import BaseModel
 
+from agentrl_core.secrets import redact_text
+from agentrl_core.server_auth import auth_headers
 from agentrl_core.experience.errors import (
     ExperienceError,
     ExperienceRequestError,
@@ -47,16 +49,17 @@ class ExperienceClient:
 
     def __init__(self, url: str, timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=auth_headers())  # AGENTRL_SERVER_TOKEN
+        self.shown = redact_text(self.url)  # for messages: no credentials
 
     def _request(self, method: str, path: str, body: BaseModel | None, out: type[BaseModel]) -> Any:
         try:
             resp = self._http.request(method, path, json=None if body is None else body.model_dump(mode="json"))
         except httpx.TimeoutException as err:
-            raise ExperienceUnavailableError(f"experience pool at {self.url} timed out on {path}: {err}") from None
+            raise ExperienceUnavailableError(f"experience pool at {self.shown} timed out on {path}: {err}") from None
         except httpx.TransportError as err:
             raise ExperienceUnavailableError(
-                f"cannot reach the experience pool at {self.url} ({type(err).__name__}: {err}); is it running?"
+                f"cannot reach the experience pool at {self.shown} ({type(err).__name__}: {err}); is it running?"
             ) from None
         if resp.status_code >= 400:
             raise error_from_response(resp)

@@ -14,7 +14,9 @@ from typing import Iterator
 from agentrl_core.config import RecipeConfig
 from agentrl_core.envs.launcher import ServerProcess
 from agentrl_core.experience.errors import ExperienceStartError
+from agentrl_core.experience.service import DB_ENV
 from agentrl_core.lifetime import CHILD_SESSION
+from agentrl_core.secrets import reveal
 
 
 def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | None = None, *,
@@ -27,9 +29,10 @@ def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | Non
     workdir = tempfile.mkdtemp(prefix="agentrl-experience-")
     port_file = Path(workdir) / "port"
     cmd = [sys.executable, "-m", "agentrl_core.experience.service", "--host", host, "--port", str(port or 0),
-           "--db", db_url, "--port-file", str(port_file), "--log-level", log_level, "--parent-pid", str(os.getpid())]
+           "--port-file", str(port_file), "--log-level", log_level, "--parent-pid", str(os.getpid())]
     root = str(Path(__file__).resolve().parents[2])  # importable from a checkout too
     child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    child_env[DB_ENV] = db_url  # in the environment, not on the command line (`ps` shows that to everyone)
     child_env.setdefault("HF_HUB_OFFLINE", "1")
     child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
     with open(Path(workdir) / "server.log", "wb") as out:
@@ -53,6 +56,6 @@ def experience_for(cfg: RecipeConfig, db_dir: Path) -> Iterator[RecipeConfig]:
         yield cfg
         return
     db_dir.mkdir(parents=True, exist_ok=True)
-    db_url = cfg.experience.db_url or f"sqlite:///{(db_dir / 'experience.db').resolve()}"
+    db_url = reveal(cfg.experience.db_url, "experience.db_url") or f"sqlite:///{(db_dir / 'experience.db').resolve()}"
     with launch_experience_pool(db_url) as pool:
         yield cfg.model_copy(update={"experience": cfg.experience.model_copy(update={"url": pool.url})})

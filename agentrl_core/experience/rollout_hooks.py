@@ -26,7 +26,9 @@ def pool_client(cfg: ExperienceConfig) -> ExperienceClient:
     if not cfg.url:
         raise ConfigError("experience.enabled is true but experience.url is not set: start a pool "
                           "(agentrl_core.experience.launcher.launch_experience_pool; the flows do it) and set its URL")
-    return ExperienceClient(cfg.url, timeout=cfg.request_timeout_s)
+    from agentrl_core.secrets import reveal
+
+    return ExperienceClient(reveal(cfg.url, "experience.url"), timeout=cfg.request_timeout_s)
 
 
 def experience_specs(specs: Sequence[EpisodeSpec], env_factory: Callable[[], Any], step: int, round_: int,

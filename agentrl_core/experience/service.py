@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any, Sequence
 
@@ -38,6 +39,9 @@ from agentrl_core.experience.wire import (
 )
 
 log = logging.getLogger(__name__)
+
+DB_ENV = "AGENTRL_EXPERIENCE_DB"
+"""The store's URL when launched (launcher.py): the environment keeps a password off the command line."""
 
 
 class _Counters:
@@ -145,7 +149,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
     p = add_server_args(argparse.ArgumentParser(prog="python -m agentrl_core.experience.service",
                                                 description="Serve the agentrl experience pool over HTTP."))
-    p.add_argument("--db", default="sqlite:///experience.db", help="SQLAlchemy URL of the store")
+    p.add_argument("--db", default=os.environ.get(DB_ENV, "sqlite:///experience.db"),
+                   help=f"SQLAlchemy URL of the store (default: ${DB_ENV}, which keeps a password off the command line)")
     return p.parse_args(argv)
 
 
@@ -155,14 +160,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from agentrl_core.envs.errors import ServerStartError
     from agentrl_core.envs.server import run_app, start_server_process
+    from agentrl_core.server_auth import UnauthenticatedBindError, check_bind, server_token
 
     args = _parse_args(argv)
     start_server_process(args)
     try:
+        check_bind(args.host, server_token(), allow_unauthenticated=args.allow_unauthenticated, what="experience pool")
         app: Any = create_app(args.db)
         run_app(app, args.host, args.port, log_level=args.log_level, port_file=args.port_file,
-                banner=f"agentrl experience pool ({safe_url(args.db)}) on http://{{}}")
-    except (ArgumentError, OperationalError, ServerStartError) as exc:
+                banner=f"agentrl experience pool ({safe_url(args.db)}) on http://{{}}",
+                allow_unauthenticated=args.allow_unauthenticated)
+    except (ArgumentError, OperationalError, ServerStartError, UnauthenticatedBindError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     return 0

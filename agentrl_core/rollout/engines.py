@@ -66,5 +66,7 @@ def make_engine(cfg: EngineConfig, model: Any, tokenizer: Any, *, model_path: st
         name = served_model or (Path(model_path).name if model_path is not None else None)
         if not name:
             raise ConfigError("rollout.engine.kind=openai needs the served model's name (served_model or model_path)")
-        return OpenAIEngine(cfg.url, name, api_key, tokenizer=tokenizer, **batch)
+        from agentrl_core.secrets import reveal
+
+        return OpenAIEngine(reveal(cfg.url, "rollout.engine.url"), name, api_key, tokenizer=tokenizer, **batch)
     raise ConfigError(f"rollout.engine.kind={cfg.kind!r} is not one of auto, native, hf, vllm, openai")

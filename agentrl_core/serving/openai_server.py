@@ -373,13 +373,20 @@ def serve_openai(
     threads: int | None = None,
     log_level: str = "warning",
     port_file: str | None = None,
+    allow_unauthenticated: bool = False,
 ) -> None:
     """Load the model (an alias, folder or hub id) and serve it in the foreground until SIGINT/SIGTERM.
 
     Binds 127.0.0.1 by default; port 0 picks a free one (announced on stderr, and written to
     `port_file` if given). The served name defaults to `model_path` as given. `threads` caps
     torch's intra-op threads (1 is much faster on a CPU shared with other busy processes).
+    `api_key`, when given, is required on every route but /health; beyond loopback a key (or
+    AGENTRL_SERVER_TOKEN) is required to start at all, unless `allow_unauthenticated`.
     """
+    from agentrl_core.server_auth import check_bind, server_token
+
+    token = api_key or server_token()
+    check_bind(host, token, allow_unauthenticated=allow_unauthenticated, what="OpenAI server")
     import torch
 
     from agentrl_core.envs.server import run_app
@@ -396,8 +403,14 @@ def serve_openai(
     app = create_app(engine, tokenizer, served_model_name or os.fspath(model_path), max_context=max_context,
                      api_key=api_key)
     auth = "on" if api_key else "off"
-    run_app(app, host, port, log_level=log_level, port_file=port_file,
+    run_app(app, host, port, log_level=log_level, port_file=port_file, token=token,
+            allow_unauthenticated=allow_unauthenticated, error_body=_unauthorized_body,
             banner="agentrl OpenAI server on http://{}/v1 (api key " + auth + ")")
+
+
+def _unauthorized_body(message: str) -> dict[str, Any]:
+    """OpenAI's error shape for the bearer-token check of server_auth.BearerAuth."""
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -423,7 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         serve_openai(args.model, args.host, args.port, served_model_name=args.served_model_name,
                      api_key=args.api_key or os.environ.get(API_KEY_ENV) or None, dtype=args.dtype,
-                     max_batch=args.max_batch, threads=args.threads, log_level=args.log_level, port_file=args.port_file)
+                     max_batch=args.max_batch, threads=args.threads, log_level=args.log_level, port_file=args.port_file,
+                     allow_unauthenticated=args.allow_unauthenticated)
     except (AgentRLError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

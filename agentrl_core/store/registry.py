@@ -26,6 +26,7 @@ from agentrl_core.store.migrate import current_revision, upgrade
 from agentrl_core.store.records import (CHECKPOINT_KINDS, RUN_STATUSES, STAGE_STATUSES, CheckpointRecord,
                                         EvalRecord, MetricRecord, RunRecord, StageRecord)
 from agentrl_core.store.schema import Checkpoint, EvalResult, Metric, Run, Stage, utcnow
+from agentrl_core.secrets import Secret, reveal
 from agentrl_core.store.urls import redact_url, resolve_url, secrets_of
 
 _CHUNK = 500  # rows per multi-row INSERT (well under SQLite's bound-parameter limit)
@@ -333,9 +334,10 @@ def _connect_error(url: str, err: Exception, secrets: list[str]) -> RegistryErro
         "unset to use SQLite at <run root>/registry.db")
 
 
-def open_registry(url: str | None, root: str | Path, *, echo: bool = False) -> Registry:
-    """Open (and migrate to the newest schema) the registry at `url`, or SQLite at `<root>/registry.db`."""
-    resolved = resolve_url(url, root)
+def open_registry(url: str | Secret | None, root: str | Path, *, echo: bool = False) -> Registry:
+    """Open (and migrate to the newest schema) the registry at `url` (text, or a secret setting such as
+    store.registry_url, revealed here), or SQLite at `<root>/registry.db`."""
+    resolved = resolve_url(reveal(url, "store.registry_url"), root)
     secrets = secrets_of(resolved)
     engine = make_engine(resolved, echo=echo)
     try:

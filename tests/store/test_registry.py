@@ -209,7 +209,7 @@ def test_store_config_rejects_other_backends_without_echoing_the_url():
 
     from agentrl_core.config import StoreConfig
 
-    assert StoreConfig(registry_url="postgresql+psycopg://u@h:5432/db").registry_url.startswith("postgresql")
+    assert StoreConfig(registry_url="postgresql+psycopg://u@h:5432/db").registry_url.reveal().startswith("postgresql")
     assert StoreConfig().registry_url is None
     with pytest.raises(ValidationError, match="SQLite or PostgreSQL") as err:
         StoreConfig(registry_url="mysql://u:s3cret@h/db")
