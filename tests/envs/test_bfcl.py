@@ -243,7 +243,7 @@ def test_all_800_ground_truth_replays_are_valid(bfcl) -> None:
 def test_ground_truth_calls_never_fail(bfcl) -> None:
     """The replays above are not vacuous: every ground-truth call passes our checks and runs."""
     from agentrl_core.envs.bfcl.checker import truth_calls
-    from agentrl_core.envs.bfcl.data import CATEGORIES, load_category, visible_functions
+    from agentrl_core.envs.bfcl.data import CATEGORIES, load_category
     from agentrl_core.envs.bfcl.executor import Executor
 
     failed, total = [], 0
@@ -251,7 +251,7 @@ def test_ground_truth_calls_never_fail(bfcl) -> None:
         for entry in load_category(category):
             executor = Executor(entry)
             for turn in range(len(entry.turns)):
-                for outcome in executor.run_all(truth_calls(entry, turn), visible_functions(entry, turn)):
+                for outcome in executor.run_all(truth_calls(entry, turn)):
                     total += 1
                     if not outcome.ok:
                         failed.append((entry.id, outcome.result))
@@ -290,11 +290,17 @@ def test_corrupted_trajectories_are_flagged_like_the_official_checker(bfcl) -> N
     miss_func0 = _entry("miss_func", 0)  # turn 2 asks for `sort`, held out until turn 3: no call expected
     early = _gt(miss_func0)
     early[2] = [["sort(file_name='final_report.pdf')"]]
-    verdict = check_trajectory(miss_func0, early)
-    assert (verdict.turn, verdict.error_type) == (2, "multi_turn:irrelevance_error")
+    assert check_trajectory(miss_func0, early).valid  # the official runner judges nothing in such a turn
+    strict = check_trajectory(miss_func0, early, strict_irrelevance=True)
+    assert (strict.turn, strict.error_type) == (2, "multi_turn:irrelevance_error")
+    state_changing = _gt(miss_func0)
+    state_changing[2] = [["mkdir(dir_name='extra')"]]  # but what it did counts at the next turn's state check
+    verdict = check_trajectory(miss_func0, state_changing)
+    assert (verdict.turn, verdict.error_type) == (3, "multi_turn:instance_state_mismatch")
+    assert check_trajectory(miss_func0, _gt(miss_func0)[:-1]).error_type == "multi_turn:force_terminated"
 
 
-def test_every_dropped_call_and_every_call_on_an_empty_turn_is_flagged(bfcl) -> None:
+def test_every_dropped_call_and_every_strict_irrelevance_call_is_flagged(bfcl) -> None:
     from agentrl_core.envs.bfcl.checker import check_trajectory
     from agentrl_core.envs.bfcl.data import load_category
 
@@ -310,11 +316,11 @@ def test_every_dropped_call_and_every_call_on_an_empty_turn_is_flagged(bfcl) -> 
             else:
                 corrupted[turn] = [[first_call]]
                 extra += 1
-            assert not check_trajectory(entry, corrupted).valid, (entry.id, turn)
+            assert not check_trajectory(entry, corrupted, strict_irrelevance=True).valid, (entry.id, turn)
     assert dropped > 1400 and extra == 206
 
 
-def test_executor_refuses_hidden_private_and_unknown_functions(bfcl) -> None:
+def test_executor_runs_documented_functions_only_and_binds_like_python(bfcl) -> None:
     from agentrl_core.envs.bfcl.data import visible_functions
     from agentrl_core.envs.bfcl.executor import Executor
 
@@ -322,29 +328,50 @@ def test_executor_refuses_hidden_private_and_unknown_functions(bfcl) -> None:
     executor = Executor(entry)
     shown = visible_functions(entry, 0)
     assert "cp" not in shown and "sort" not in shown and "sort" in visible_functions(entry, 3)
-    for name in ("sort", "cp", "_load_scenario", "__init__", "__class__", "eval", "__import__", "nope"):
-        outcome = executor.run(Call(name, (), {}), shown)
+    for name in ("_load_scenario", "__init__", "__class__", "eval", "__import__", "nope"):
+        outcome = executor.run(Call(name, (), {}))
         assert not outcome.ok and outcome.result.endswith(f"{name!r} is not one of the available functions")
-    bad = executor.run(Call("cd", (), {"folder": 1}), shown)
-    assert not bad.ok and "must be string" in bad.result
-    good = executor.run(Call("cd", ("document",)), shown)  # positional -> the doc's first parameter
+    # as the official executor (any public method by name): a held-out function still runs if called
+    assert executor.run(Call("sort", (), {"file_name": "nope.txt"})).result.startswith("{")
+    unknown = executor.run(Call("cd", (), {"folder": "document", "force": True}))
+    assert not unknown.ok and "unknown argument(s) ['force']" in unknown.result
+    good = executor.run(Call("cd", ("document",)))  # positional -> the signature's first parameter
     assert good.ok and json.loads(good.result) == {"current_working_directory": "document"}
+
+
+def test_positional_arguments_bind_by_the_backend_signature(bfcl) -> None:
+    """`purchase_insurance`: the doc lists insurance_cost before booking_id, the method the reverse."""
+    from agentrl_core.envs.bfcl.calls import param_names
+    from agentrl_core.envs.bfcl.data import entry_docs
+    from agentrl_core.envs.bfcl.executor import Executor
+
+    entry = next(e for e in _load_all() if "TravelAPI" in e.involved_classes)
+    executor = Executor(entry)
+    doc_order = param_names(entry_docs(entry)["purchase_insurance"][1])
+    order = executor.positional_order("purchase_insurance")
+    assert doc_order.index("insurance_cost") < doc_order.index("booking_id")
+    assert order.index("booking_id") < order.index("insurance_cost")
+    values = {"access_token": "tok", "insurance_type": "comprehensive", "booking_id": "b1", "insurance_cost": 50.0,
+              "card_id": "card"}
+    assert executor._check(Call("purchase_insurance", tuple(values[n] for n in order))) == values
+    assert executor._check(Call("purchase_insurance", ("tok", "comprehensive"), {"booking_id": "b1", "insurance_cost": 50.0,
+                                                                                   "card_id": "card"})) == values
 
 
 def test_executor_guards_expensive_math(bfcl) -> None:
     import mpmath
 
-    from agentrl_core.envs.bfcl.data import visible_functions
     from agentrl_core.envs.bfcl.executor import Executor
 
     entry = next(e for e in _load_all() if "MathAPI" in e.involved_classes)
     executor = Executor(entry)
-    shown = visible_functions(entry, 0)
     dps = mpmath.mp.dps
-    assert not executor.run(Call("logarithm", (), {"value": 8, "base": 2, "precision": 10**7}), shown).ok
-    assert not executor.run(Call("power", (), {"base": 10**9, "exponent": 10**9}), shown).ok
-    assert not executor.run(Call("add", (), {"a": 10**30, "b": 1}), shown).ok
-    assert executor.run(Call("logarithm", (), {"value": 8, "base": 2, "precision": 50}), shown).ok
+    assert not executor.run(Call("logarithm", (), {"value": 8, "base": 2, "precision": 10**7})).ok
+    assert not executor.run(Call("logarithm", (), {"value": 8, "base": 2, "precision": "10000000"})).ok
+    assert not executor.run(Call("power", (), {"base": 10**9, "exponent": 10**9})).ok
+    assert not executor.run(Call("power", (), {"base": 10**9, "exponent": "1e9"})).ok
+    assert not executor.run(Call("add", (), {"a": 10**30, "b": 1})).ok
+    assert executor.run(Call("logarithm", (), {"value": 8, "base": 2, "precision": 50})).ok
     assert mpmath.mp.dps == dps  # the process-wide precision is restored after the call
 
 
@@ -384,10 +411,10 @@ def test_scripted_episode_codes_and_stage_rewards(bfcl) -> None:
 def test_failed_calls_and_wrong_state_score_zero(bfcl) -> None:
     env = bfcl.Bfcl(stage=2)
     env.reset(task_id=0)
-    error = env.step(_tool([{"name": "mkdir", "arguments": {"dir_name": 5}}, {"name": "cd", "arguments": {"folder": "document"}}]))
+    error = env.step(_tool([{"name": "mkdir", "arguments": {"name": "x"}}, {"name": "cd", "arguments": {"folder": "document"}}]))
     assert error.info["code"] == TOOL_ERROR
     results = json.loads(error.observation.split("Execution results: ", 1)[1].split("\n", 1)[0])
-    assert results[0].startswith("Error during execution: mkdir: argument 'dir_name' must be string")
+    assert results[0].startswith("Error during execution: mkdir: unknown argument(s) ['name']")
     assert json.loads(results[1]) == {"current_working_directory": "document"}  # the second call still ran
     ended = env.step(ANSWER)  # nothing moved: the state check fails
     assert ended.info["turn_passed"] is False and ended.info["code"] == 0.0
@@ -420,12 +447,26 @@ def test_empty_ground_truth_turn_and_reveal(bfcl) -> None:
     for _ in range(4):  # turns 0-1: ground truth then answer
         env.step(env.expert_action())
     assert env.episode.turn == 2
-    hidden = env.step(_tool([{"name": "sort", "arguments": {"file_name": "final_report.pdf"}}]))
-    assert hidden.info["code"] == TOOL_ERROR and "'sort' is not one of the available functions" in hidden.observation
-    reveal = env.step(ANSWER)
-    assert reveal.info["turn_passed"] is False  # it called a function in a turn that wanted none
+    reveal = env.step(ANSWER)  # asking instead of acting: the turn passes
+    assert reveal.info["turn_passed"] is True and reveal.info["code"] == 1.0
     assert reveal.observation.endswith(protocol.REVEAL_MESSAGE) and '"name": "sort"' in reveal.observation
-    assert env.step(env.expert_action()).info["code"] == TOOL_OK  # sort works now
+    assert env.step(env.expert_action()).info["code"] == TOOL_OK
+
+    for strict in (False, True):  # a call where none is due: officially judged later, strictly scored 0 now
+        env = bfcl.Bfcl(strict_irrelevance=strict)
+        env.reset(task_id=task_id_of("miss_func", 0))
+        for _ in range(4):
+            env.step(env.expert_action())
+        env.step(_tool([{"name": "ls", "arguments": {}}]))  # read-only: the state stays equal
+        ended = env.step(ANSWER)
+        assert ended.info["turn_passed"] is True and ended.info["code"] == (0.0 if strict else 1.0)
+        for _ in range(env.max_steps):
+            result = env.step(env.expert_action())
+            if result.terminated or result.truncated:
+                break
+        assert result.info["success"] is True  # the official verdict either way
+        turns = len(env.episode.entry.turns)
+        assert result.reward == (pytest.approx(1 - 1 / turns) if strict else 1.0)  # stage 3: mean turn score
 
     env.reset(task_id=task_id_of("miss_param", 0))  # turn 3 lacks a parameter: answering passes
     for _ in range(6):

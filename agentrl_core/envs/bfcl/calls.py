@@ -8,7 +8,8 @@ Two syntaxes are accepted, both data only:
   Parsed with `ast`; the callee must be a bare name and every argument a literal
   (`ast.literal_eval`); no attribute access, no `*args`/`**kwargs`, no nested calls.
 
-`bind` maps positional arguments to parameter names in the function doc's order, and checks
+`bind` maps positional arguments to parameter names (in the order it is given: the executor passes
+the backend method's signature order; the doc's order otherwise), and checks
 names, required parameters and JSON-schema-like types ("string", "integer", "float",
 "boolean", "array" with "items", "dict"). Nothing parsed here is ever executed as code.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import ast
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 MAX_CALL_TEXT = 100_000  # characters of one tool-call body; larger inputs are refused unparsed
 MAX_CALLS = 64  # calls in one list
@@ -144,14 +145,21 @@ def param_names(doc: Mapping[str, Any]) -> list[str]:
     return list(doc.get("parameters", {}).get("properties", {}))
 
 
-def bind(call: Call, doc: Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword arguments for `call` checked against its function doc; CallError names the problem."""
+def bind(
+    call: Call, doc: Mapping[str, Any], positional: Sequence[str] | None = None, *, check_types: bool = True
+) -> dict[str, Any]:
+    """Keyword arguments for `call` checked against its function doc; CallError names the problem.
+
+    Positional arguments fill `positional` in order (default: the doc's parameter order). With
+    `check_types=False` the values are passed as given (the official executor has no type checks:
+    a backend decides what it accepts), and only names and required parameters are checked."""
     params = doc.get("parameters", {})
     properties: Mapping[str, Any] = params.get("properties", {})
     names = param_names(doc)
-    if len(call.args) > len(names):
-        raise CallError(f"{call.name} takes at most {len(names)} arguments, got {len(call.args)} positional")
-    kwargs = dict(zip(names, call.args))
+    order = list(positional) if positional is not None else names
+    if len(call.args) > len(order):
+        raise CallError(f"{call.name} takes at most {len(order)} arguments, got {len(call.args)} positional")
+    kwargs = dict(zip(order, call.args))
     for key, value in call.kwargs.items():
         if key in kwargs:
             raise CallError(f"{call.name}: argument {key!r} given both by position and by name")
@@ -163,6 +171,8 @@ def bind(call: Call, doc: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise CallError(f"{call.name}: missing required argument(s) {missing}")
     required = set(params.get("required", []))
+    if not check_types:
+        return kwargs
     for key, value in kwargs.items():
         if value is None and key not in required:
             continue  # an optional parameter left at "no value"

@@ -1,17 +1,24 @@
-"""The official BFCL multi-turn checker's semantics, on our safe executor.
+"""The official BFCL multi-turn checker's verdict, on our safe executor.
 
+This is the verdict of the pinned `bfcl-eval` runner (`eval_runner._evaluate_single_multi_turn_entry`
+→ `multi_turn_checker`), checked entry by entry against it in `tests/envs/test_bfcl_official.py`.
 Per turn t (after the model's calls of turn t ran on the model's instances and the ground truth's
 calls of turn t ran on separate ground-truth instances; both persist across turns):
 
-- empty ground truth: the turn passes only if the model made no call in it;
+- empty ground truth (a miss_func / miss_param turn, where the model should ask instead of act):
+  nothing is judged; the model's calls still ran, so they count in later turns' state checks
+  (the official runner imports `multi_turn_irrelevance_checker` but never calls it). The
+  stricter rule "no call in such a turn" is `strict_irrelevance`, a training-reward option that
+  is never reported as the BFCL score;
 - otherwise it fails if the model made no call in it ("empty turn");
 - **state check**: every public attribute of each ground-truth instance equals (==) the model's;
 - **response check**: the turn's ground-truth results are an unordered sub-multiset of all the
   model's results so far (earlier turns included: a model may have fetched something already).
 
-`check_trajectory` replays a whole trajectory and stops at the first failing turn, as the
-official `multi_turn_checker` + `multi_turn_irrelevance_checker` do; the env uses `TurnJudge`
-to score each turn and carry on.
+`check_trajectory` replays a whole trajectory as the official runner does: a step whose calls do
+not all parse is dropped (the runner ignores steps it cannot decode), a trajectory with the wrong
+number of turns fails as force-terminated, and it stops at the first failing turn. The env uses
+`TurnJudge` to score each turn and carry on.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from agentrl_core.envs.bfcl.calls import Call, CallError, parse_python_calls
-from agentrl_core.envs.bfcl.data import Entry, visible_functions
+from agentrl_core.envs.bfcl.data import Entry
 from agentrl_core.envs.bfcl.executor import Executor
 
 
@@ -63,6 +70,10 @@ def missing_results(model_results: Sequence[str], truth_results: Sequence[str]) 
     return missing
 
 
+IRRELEVANCE = TurnVerdict(False, "multi_turn:irrelevance_error", "the model called functions in a turn it should not")
+"""The `strict_irrelevance` verdict (not the official one): a call in a turn whose ground truth is empty."""
+
+
 def judge_turn(
     truth_calls: Sequence[Any],
     model_calls_in_turn: int,
@@ -73,8 +84,6 @@ def judge_turn(
 ) -> TurnVerdict:
     """The official verdict for one turn, given both parties' executed state (see module doc)."""
     if not truth_calls:
-        if model_calls_in_turn:
-            return TurnVerdict(False, "multi_turn:irrelevance_error", "the model called functions in a turn it should not")
         return PASS
     if not model_calls_in_turn:
         return TurnVerdict(False, "multi_turn:empty_turn_model_response", "the model made no call in this turn")
@@ -105,7 +114,7 @@ class TurnJudge:
     ) -> TurnVerdict:
         """Advance the ground truth by turn `turn` and judge the model's state and results."""
         calls = truth_calls(self.entry, turn)
-        outcomes = self.truth.run_all(calls, visible_functions(self.entry, turn))
+        outcomes = self.truth.run_all(calls)
         truth_results = [o.result for o in outcomes]
         return judge_turn(calls, model_calls_in_turn, model, self.truth, model_results_so_far, truth_results)
 
@@ -120,30 +129,34 @@ class TrajectoryVerdict:
     message: str = ""
 
 
-def check_trajectory(entry: Entry, model_turns: Sequence[Sequence[Sequence[Call | str]]]) -> TrajectoryVerdict:
+def check_trajectory(
+    entry: Entry, model_turns: Sequence[Sequence[Sequence[Call | str]]], *, strict_irrelevance: bool = False
+) -> TrajectoryVerdict:
     """Replay `model_turns[t][step]` (lists of calls, or call strings) and judge every turn.
 
-    Stops at the first failing turn, like the official checker. A call string is parsed with
-    `parse_python_calls`; one that does not parse runs as an error result.
+    Call strings are parsed with `parse_python_calls`; a step with a string that does not parse,
+    or with no call at all, is dropped, as the official runner drops steps it cannot decode.
+    `strict_irrelevance` adds the stricter (non-official) irrelevance rule.
     """
     if len(model_turns) != len(entry.turns):
-        return TrajectoryVerdict(False, None, "multi_turn:turn_count", f"{len(model_turns)} turns for {len(entry.turns)}")
+        return TrajectoryVerdict(False, None, "multi_turn:force_terminated", f"{len(model_turns)} turns for {len(entry.turns)}")
     model, judge = Executor(entry), TurnJudge(entry)
     results: list[str] = []
     for turn, steps in enumerate(model_turns):
-        visible = visible_functions(entry, turn)
         made = 0
-        for step in steps:
-            calls = _as_calls(step)
+        for calls in filter(None, map(_decoded, steps)):
             made += len(calls)
-            results.extend(o.result for o in model.run_all(calls, visible))
+            results.extend(o.result for o in model.run_all(calls))
         verdict = judge.close_turn(turn, model, made, results)
+        if verdict.passed and strict_irrelevance and made and not entry.ground_truth[turn]:
+            verdict = IRRELEVANCE
         if not verdict.passed:
             return TrajectoryVerdict(False, turn, verdict.error_type, verdict.message)
     return TrajectoryVerdict(True)
 
 
-def _as_calls(step: Sequence[Call | str]) -> list[Call]:
+def _decoded(step: Sequence[Call | str]) -> list[Call]:
+    """A step's calls; [] when any of its call strings does not parse (the step is dropped)."""
     calls: list[Call] = []
     for item in step:
         if isinstance(item, Call):
@@ -152,7 +165,7 @@ def _as_calls(step: Sequence[Call | str]) -> list[Call]:
         try:
             calls.extend(parse_python_calls(item))
         except CallError:
-            calls.append(Call(f"<unparsable: {item[:60]}>"))  # runs as "not an available function"
+            return []
     return calls
 
 

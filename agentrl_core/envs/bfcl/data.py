@@ -32,12 +32,6 @@ BACKENDS: dict[str, tuple[str, str]] = {
 }
 
 
-# Errata: the wheel's ground truth for multi_turn_miss_func_49 calls `tail` in turn 1, but the
-# entry holds `tail` out until turn 3. The official executor can still run it (it resolves any
-# method by name); ours runs only shown functions, so `tail` is not held out for this entry.
-ERRATA_NOT_HELD_OUT: dict[str, frozenset[str]] = {"multi_turn_miss_func_49": frozenset({"tail"})}
-
-
 @dataclass(frozen=True)
 class Entry:
     """One multi-turn test entry with its ground truth.
@@ -87,11 +81,7 @@ def _entry(category: str, index: int, row: dict[str, Any], answer: dict[str, Any
     truth = tuple(tuple(calls) for calls in answer["ground_truth"])
     if len(turns) != len(truth):
         raise ValueError(f"{row['id']}: {len(turns)} turns but {len(truth)} ground-truth turns")
-    keep = ERRATA_NOT_HELD_OUT.get(row["id"], frozenset())
-    missed = {
-        int(turn): tuple(n for n in names if n not in keep)
-        for turn, names in (row.get("missed_function") or {}).items()
-    }
+    missed = {int(turn): tuple(names) for turn, names in (row.get("missed_function") or {}).items()}
     return Entry(
         category=category,
         index=index,

@@ -8,7 +8,6 @@ from typing import Any
 
 from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.bfcl import protocol
-from agentrl_core.envs.bfcl.calls import param_names
 from agentrl_core.envs.bfcl.checker import TurnJudge, truth_calls
 from agentrl_core.envs.bfcl.data import Entry, entry_docs, visible_functions
 from agentrl_core.envs.bfcl.executor import Executor
@@ -33,7 +32,7 @@ class _Episode:
     steps: int = 0
     results: list[str] = field(default_factory=list)  # every model result so far
     log: list[float] = field(default_factory=list)  # one code or turn score per reply
-    verdicts: list[str] = field(default_factory=list)  # "" for a passed turn, else why not
+    verdicts: list[str] = field(default_factory=list)  # "" for a turn the official check passed, else why not
 
 
 @register
@@ -45,7 +44,10 @@ class Bfcl(Env):
     `<answer>`; at the end of a turn the official state and response checks score it 1/0. The
     reward comes once, at the end (0.0 on earlier steps): stages 1-2 reward format and working
     tool calls (in [0, 2]), stage 3 the mean turn score (in [0, 1]); see `protocol`.
-    `info["success"]` is true when every turn passed. The reset `seed` is unused.
+    `info["success"]` is the official BFCL verdict of the pinned `bfcl-eval` (every turn passed the
+    official checks, see `checker`). `strict_irrelevance=True` makes the *reward* stricter: a turn
+    whose ground truth is empty (the model should ask, not act) scores 0 if the model called a
+    function in it; the official verdict in `info["success"]` ignores it. The reset `seed` is unused.
     """
 
     name = "bfcl"
@@ -65,10 +67,11 @@ class Bfcl(Env):
 
     def __init__(
         self, stage: int = 3, categories: tuple[str, ...] | list[str] | None = None,
-        max_attempts_per_turn: int = DEFAULT_ATTEMPTS,
+        max_attempts_per_turn: int = DEFAULT_ATTEMPTS, strict_irrelevance: bool = False,
     ) -> None:
         """`stage` picks the task set and the reward (1, 2 or 3); `categories` narrows the task set
-        (e.g. ("base", "miss_func")); a turn ends after `max_attempts_per_turn` + 1 non-answer replies."""
+        (e.g. ("base", "miss_func")); a turn ends after `max_attempts_per_turn` + 1 non-answer replies;
+        `strict_irrelevance` zeroes the turn score (not the official verdict) of a call where none is due."""
         super().__init__()
         if stage not in STAGES:
             raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
@@ -82,6 +85,7 @@ class Bfcl(Env):
         self._ids = {s: frozenset(ids) for s, ids in self.splits.items()}
         self.reward_range = protocol.STAGE_REWARD_RANGE[stage]
         self.max_attempts = max_attempts_per_turn
+        self.strict_irrelevance = bool(strict_irrelevance)
         self.max_steps = MAX_TURNS * (max_attempts_per_turn + 1)  # every turn ends by then
         self._episode: _Episode | None = None
 
@@ -120,7 +124,7 @@ class Bfcl(Env):
         if reply.kind == "format_error":
             code, obs = protocol.FORMAT_ERROR, protocol.format_error_observation(reply.error)
         else:
-            outcomes = ep.model.run_all(reply.calls, visible_functions(ep.entry, ep.turn))
+            outcomes = ep.model.run_all(reply.calls)
             ep.calls_in_turn += len(outcomes)
             ep.results.extend(o.result for o in outcomes)
             code = protocol.TOOL_OK if all(o.ok for o in outcomes) else protocol.TOOL_ERROR
@@ -136,10 +140,13 @@ class Bfcl(Env):
         """Judge the current turn, log its score, and move to the next turn (or end the episode)."""
         ep = self.episode
         verdict = ep.judge.close_turn(ep.turn, ep.model, ep.calls_in_turn, ep.results)
-        score = 1.0 if verdict.passed else 0.0
+        irrelevant = self.strict_irrelevance and ep.calls_in_turn > 0 and not ep.entry.ground_truth[ep.turn]
+        score = 1.0 if verdict.passed and not irrelevant else 0.0
         ep.log.append(score)
         ep.verdicts.append("" if verdict.passed else verdict.error_type)
         info: dict[str, Any] = {"code": score, "turn": ep.turn, "turn_passed": verdict.passed}
+        if irrelevant:
+            info["irrelevance"] = True
         ep.turn, ep.attempts, ep.calls_in_turn = ep.turn + 1, 0, 0
         if ep.turn == len(ep.entry.turns):
             return self._finish("The conversation is over.", info, truncated=False)
@@ -157,7 +164,8 @@ class Bfcl(Env):
     def _finish(self, obs: str, info: dict[str, Any], *, truncated: bool) -> StepResult:
         ep = self.episode
         scores = protocol.turn_scores(ep.log)
-        success = not truncated and len(scores) == len(ep.entry.turns) and all(s == 1.0 for s in scores)
+        passed = len(ep.verdicts) == len(ep.entry.turns) and not any(ep.verdicts)  # the official verdict
+        success = not truncated and passed
         reward = protocol.episode_reward(self.stage, ep.log)
         info = {**info, "success": success, "turn_scores": scores, "log": list(ep.log), "turn_errors": ep.verdicts}
         return StepResult(obs, reward, not truncated, truncated, info)
@@ -169,8 +177,7 @@ class Bfcl(Env):
         ep = self.episode
         calls = truth_calls(ep.entry, ep.turn)
         if calls and ep.calls_in_turn == 0:
-            docs = entry_docs(ep.entry)
-            payload = [c.as_json(param_names(docs[c.name][1])) for c in calls]
+            payload = [c.as_json(ep.model.positional_order(c.name)) for c in calls]
             return f"<think>I will call the functions that fulfil this request.</think><tool_call>{json.dumps(payload)}</tool_call>"
         return "<think>The request is handled.</think><answer>Done.</answer>"
 

@@ -3,9 +3,11 @@
 Unlike the official executor (which builds Python source from model output, `eval`s it, and keeps
 instances in module globals shared by every episode and thread), each `Executor` owns its own
 backend instances, loaded from a deep copy of the entry's `initial_config` with the backends'
-`_load_scenario(config, long_context=...)`. A call runs only if its name is one of the functions
-visible at this turn (documented, not excluded, not held out) and its arguments bind to the doc;
-then `getattr(instance, name)(**kwargs)`. Results are rendered as the official checker does
+`_load_scenario(config, long_context=...)`. A call runs only if its name is a function documented
+for the entry's classes and its arguments bind; then `getattr(instance, name)(**kwargs)`. As in
+the official executor (which resolves any public method by name), a function held out of the
+current turn's docs still runs when called by name, and positional arguments bind in the order
+of the backend method's signature (which can differ from the doc's: `purchase_insurance`). Results are rendered as the official checker does
 (str as is, dict as JSON, anything else `str()`), and every failure becomes a result string that
 starts with `ERROR_PREFIX`, so a bad call is data, never an exception.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import copy
 import decimal
 import importlib
+import inspect
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -57,17 +60,31 @@ def render_result(value: Any) -> str:
     return str(value)
 
 
+def _number(value: Any) -> float | None:
+    """`value` as a number if it is one or a string that reads as one (mpmath coerces strings)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
 def _guard(name: str, kwargs: Mapping[str, Any]) -> None:
     """Refuse arguments that would make a backend run for minutes (CallError)."""
     for key, value in kwargs.items():
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
             raise CallError(f"{name}: argument {key!r} is out of range (|value| <= {MAX_INT})")
-    precision = kwargs.get("precision")
-    if isinstance(precision, int) and precision > MAX_PRECISION:
-        raise CallError(f"{name}: precision {precision} is above the limit {MAX_PRECISION}")
-    exponent = kwargs.get("exponent")
-    if name == "power" and isinstance(exponent, (int, float)) and abs(exponent) > MAX_EXPONENT:
-        raise CallError(f"power: exponent {exponent} is above the limit {MAX_EXPONENT}")
+    precision = _number(kwargs.get("precision"))
+    if precision is not None and precision > MAX_PRECISION:
+        raise CallError(f"{name}: precision {kwargs['precision']} is above the limit {MAX_PRECISION}")
+    exponent = _number(kwargs.get("exponent"))
+    if name == "power" and exponent is not None and abs(exponent) > MAX_EXPONENT:
+        raise CallError(f"power: exponent {kwargs['exponent']} is above the limit {MAX_EXPONENT}")
 
 
 def _isolated(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
@@ -98,10 +115,10 @@ class Executor:
             load(config, long_context=self.entry.long_context)
         return instance
 
-    def run(self, call: Call, visible: Iterable[str]) -> Outcome:
-        """Execute one call if it is visible and well-typed; otherwise an error outcome."""
+    def run(self, call: Call) -> Outcome:
+        """Execute one call if it is documented and well-typed; otherwise an error outcome."""
         try:
-            kwargs = self._check(call, visible)
+            kwargs = self._check(call)
             value = _isolated(getattr(self.instances[self.docs[call.name][0]], call.name), kwargs)
             return Outcome(call, render_result(value), True)
         except CallError as exc:
@@ -109,15 +126,22 @@ class Executor:
         except Exception as exc:  # noqa: BLE001 - a backend bug on odd input is the model's error result
             return Outcome(call, f"{ERROR_PREFIX}{exc}", False)  # the official wording
 
-    def run_all(self, calls: Iterable[Call], visible: Iterable[str]) -> list[Outcome]:
+    def run_all(self, calls: Iterable[Call]) -> list[Outcome]:
         """Execute calls in order (each independently, as the official executor does)."""
-        shown = frozenset(visible)
-        return [self.run(call, shown) for call in calls]
+        return [self.run(call) for call in calls]
 
-    def _check(self, call: Call, visible: Iterable[str]) -> dict[str, Any]:
-        if call.name not in visible or call.name not in self.docs:
+    def positional_order(self, name: str) -> list[str]:
+        """The parameters positional arguments fill for function `name`: the backend method's
+        signature order (what Python's call binding, and so the official executor, uses)."""
+        method = getattr(self.instances[self.docs[name][0]], name)
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return [p.name for p in inspect.signature(method).parameters.values() if p.kind in kinds]
+
+    def _check(self, call: Call) -> dict[str, Any]:
+        if call.name not in self.docs:
             raise CallError(f"{call.name!r} is not one of the available functions")
-        kwargs = bind(call, self.docs[call.name][1])
+        positional = self.positional_order(call.name) if call.args else None
+        kwargs = bind(call, self.docs[call.name][1], positional, check_types=False)  # as the official runner
         _guard(call.name, kwargs)
         return kwargs
 
