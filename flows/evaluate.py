@@ -11,12 +11,14 @@ from agentrl_core.evaluation.batch import EvalGrid
 from agentrl_core.secrets import SecretUrl
 from tasks.env_server import env_servers
 from tasks.evaluation import evaluate_grid, find_pending, publish_leaderboard
+from tasks.secrets import check_sent_secrets
 
 
 @flow(name="batch-eval", log_prints=True, validate_parameters=True)
 def batch_eval(grid: EvalGrid, registry_url: SecretUrl | None = None, root: str = "runs",
                report_dir: str = "runs/leaderboard") -> dict:
     """Evaluate `grid` (what the registry already holds is skipped), then publish the leaderboard and plots."""
+    check_sent_secrets(registry_url=registry_url, **{"grid.engine.url": grid.engine.url})
     with env_servers(grid.envs) as url:
         new = evaluate_grid(grid, registry_url, root, url)
     board = publish_leaderboard(registry_url, root, grid.envs, report_dir)
@@ -28,6 +30,7 @@ def nightly_eval(envs: list[str] = ["household"], seeds: list[int] = [0], k: int
                  max_turns: int = 8, engine: Literal["auto", "native", "hf", "vllm", "openai"] = "auto",
                  registry_url: SecretUrl | None = None, root: str = "runs", report_dir: str = "runs/leaderboard") -> dict:
     """Evaluate every exported checkpoint in the registry that misses an evaluation (scheduled at 02:00)."""
+    check_sent_secrets(registry_url=registry_url)
     pending = find_pending(registry_url, root, envs, seeds, k, "test", engine)
     if not pending:
         get_run_logger().info("nothing new to evaluate")

@@ -32,6 +32,22 @@ def check_parameters(recipe: RecipeConfig, overrides: list[str], *, recipe_was_s
             f"{HOW}. {scrubbed} Consider the credential exposed and rotate it.")
 
 
+def check_sent_secrets(**named: Any) -> None:
+    """Refuse a credential sent as raw JSON to a deployment run (batch-eval, nightly-eval): Prefect has
+    stored it in plain text before the flow starts. `named` maps a parameter name to its Secret (or None).
+    In-process calls pass secret objects, which Prefect stores redacted, and are accepted."""
+    from prefect.runtime import deployment
+
+    if not deployment.id:
+        return
+    inline = sorted(name for name, secret in named.items() if secret is not None and secret.has_inline_secret)
+    if inline:
+        scrubbed = _scrub_parameters()
+        raise ConfigError(
+            f"{', '.join(inline)}: a password or key sent in the deployment run's parameters is stored by Prefect in "
+            f"plain text; {HOW}. {scrubbed} Consider the credential exposed and rotate it.")
+
+
 def _scrub_parameters() -> str:
     """Overwrite this flow run's stored parameters with redacted ones (best effort); says what happened."""
     from prefect.client.orchestration import get_client

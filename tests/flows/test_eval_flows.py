@@ -69,3 +69,19 @@ def test_flows_on_postgres_and_s3_by_configuration(prefect_harness, postgres_url
     assert [e["checkpoint"] for e in out["evaluated"]] == [uris["grpo"]]
     with open_registry(db, tmp_path / "unused") as reg:
         assert [e.checkpoint_uri for e in reg.evals(env="household")] == [uris["grpo"]]
+
+
+def test_eval_deployments_refuse_credentials_sent_as_parameters(monkeypatch):
+    """A deployment run's parameters arrive as raw JSON that Prefect has stored: a password in them is
+    refused (and said how to pass it); a reference or a credential-free URL is accepted."""
+    from agentrl_core.errors import ConfigError
+    from agentrl_core.secrets import Secret
+    from tasks.secrets import check_sent_secrets
+
+    canary = "postgresql+psycopg://alice:CANARY-pw@127.0.0.1:1/db"
+    check_sent_secrets(registry_url=Secret(canary))  # not a deployment run: in-process objects are stored redacted
+    monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "00000000-0000-0000-0000-000000000001")
+    with pytest.raises(ConfigError, match="registry_url: a password or key sent") as err:
+        check_sent_secrets(registry_url=Secret(canary), **{"grid.engine.url": None})
+    assert "CANARY" not in str(err.value) and "env:VARIABLE" in str(err.value)
+    check_sent_secrets(registry_url=Secret("env:REGISTRY_URL"), **{"grid.engine.url": Secret("http://127.0.0.1:8000/v1")})
