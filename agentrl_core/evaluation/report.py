@@ -75,7 +75,8 @@ def plot_curves(stage_dirs: Mapping[str, Path], rows: list[dict[str, Any]], out:
     if not any(series.values()) and not rows:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    _plot_steps(axes[0], series.get("grpo", []), ("reward_mean", "success_rate", "val/success_rate"),
+    grpo = with_trailing_mean(series.get("grpo", []), "reward_mean", TREND_WINDOW)
+    _plot_steps(axes[0], grpo, ("reward_mean", TREND_KEY, "val/success_rate"),
                 "GRPO: rollouts (train tasks), validation (held-out)")
     _plot_steps(axes[1], series.get("sft", []), ("loss",), "SFT loss")
     _plot_success(axes[2], rows)
@@ -84,6 +85,41 @@ def plot_curves(stage_dirs: Mapping[str, Path], rows: list[dict[str, Any]], out:
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
+
+
+TREND_WINDOW = 5
+TREND_KEY = f"reward_mean ({TREND_WINDOW}-step mean)"
+
+
+def with_trailing_mean(metrics: list[dict[str, Any]], key: str, window: int) -> list[dict[str, Any]]:
+    """The rows, each with `{key} ({window}-step mean)`: the mean of `key` over this step and the window − 1
+    before it (fewer at the start). Each step samples other tasks, so the raw curve carries the batch's
+    difficulty; the trailing mean shows the trend."""
+    values: list[float] = []
+    out = []
+    for row in metrics:
+        if row.get(key) is not None:
+            values.append(float(row[key]))
+            row = {**row, f"{key} ({window}-step mean)": sum(values[-window:]) / len(values[-window:])}
+        out.append(row)
+    return out
+
+
+def trend_lines(metrics: list[dict[str, Any]]) -> list[str]:
+    """Plain-words trends of a GRPO stage: training reward in the first and last quarter of the steps, and
+    held-out validation success at its first and last check (empty when the stage logged too little)."""
+    rewards = [float(m["reward_mean"]) for m in metrics if m.get("reward_mean") is not None]
+    lines = []
+    if len(rewards) >= 4:
+        q = len(rewards) // 4
+        first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
+        lines.append(f"training reward, mean of the first and last {q} of {len(rewards)} steps: {first:.3f} → {last:.3f}")
+    vals = [(m["step"], float(m["val/success_rate"])) for m in metrics if m.get("val/success_rate") is not None]
+    if len(vals) >= 2:
+        (s0, v0), (s1, v1) = vals[0], vals[-1]
+        lines.append(f"validation success (held-out, greedy), first and last check: {v0:.1%} (logged at step {s0}) → "
+                     f"{v1:.1%} (step {s1})")
+    return lines
 
 
 def _plot_success(ax: Any, rows: list[dict[str, Any]]) -> None:
@@ -115,6 +151,10 @@ def write_report(run_dir: Path, evals: Mapping[str, Mapping[str, Any]], stage_di
         lines += ["", "## Paired comparisons (same tasks, 95% intervals)", "",
                   *(f"- {line}" for line in compared),
                   "", "A difference counts only when its whole interval is on one side of 0."]
+    grpo_metrics = Path(stage_dirs["grpo"]) / "metrics.jsonl" if "grpo" in stage_dirs else None
+    trends = trend_lines(read_metrics(grpo_metrics)) if grpo_metrics and grpo_metrics.exists() else []
+    if trends:
+        lines += ["", "## GRPO training", "", *(f"- {t}" for t in trends)]
     for key, value in (extra or {}).items():
         lines.append(f"- **{key}**: {value}")
     (out / "summary.md").write_text("\n".join(lines) + "\n")

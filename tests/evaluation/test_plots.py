@@ -88,3 +88,23 @@ def test_the_run_report_still_draws_its_curves(tmp_path):
     report = write_report(tmp_path / "run", {"grpo": summary}, {"grpo": stage})
     assert report.plot is not None and Path(report.plot).read_bytes()[:8] == PNG_MAGIC
     assert report.rows[0]["model"] == "grpo" and report.rows[0]["pass@1"] == 0.5
+
+
+def test_the_report_states_the_training_trend_and_the_validation_change(tmp_path):
+    from agentrl_core.evaluation.report import trend_lines, with_trailing_mean
+
+    rows = [{"step": s, "reward_mean": r} for s, r in enumerate([0.2, 0.6, 0.4, 0.8, 0.6, 1.0, 0.8, 1.0], start=1)]
+    smoothed = with_trailing_mean(rows, "reward_mean", 3)
+    assert [round(r["reward_mean (3-step mean)"], 4) for r in smoothed] == [0.2, 0.4, 0.4, 0.6, 0.6, 0.8, 0.8, 0.9333]
+    rows[0]["val/success_rate"], rows[-1]["val/success_rate"] = 0.5, 0.75
+    assert trend_lines(rows) == [
+        "training reward, mean of the first and last 2 of 8 steps: 0.400 → 0.900",
+        "validation success (held-out, greedy), first and last check: 50.0% (logged at step 1) → 75.0% (step 8)"]
+    assert trend_lines(rows[:3]) == []  # too few steps to speak of a trend
+    stage = tmp_path / "grpo"
+    stage.mkdir()
+    (stage / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = {"success_rate": 0.5, "mean_reward": 0.5, "mean_steps": 1.0, "pass_at_k": {"1": 0.5}, "n_tasks": 2}
+    write_report(tmp_path / "run", {"grpo": summary}, {"grpo": stage})
+    text = (tmp_path / "run" / "report" / "summary.md").read_text()
+    assert "## GRPO training" in text and "0.400 → 0.900" in text
