@@ -62,7 +62,7 @@ def test_cli_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_p
 
 
 def test_deployment_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_path):
-    from tests.flows.test_deployment import PREFECT, _free_port, _prefect, _stop, _wait_healthy
+    from tests.flows.test_deployment import PREFECT, _free_port, _prefect, _stop, _wait_healthy, prefect_env
 
     from agentrl_core.envs import launch_server
 
@@ -70,9 +70,7 @@ def test_deployment_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path
     home.mkdir()
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(home), PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
-               PREFECT_SERVER_UI_V2_ENABLED="false", PREFECT_WORKER_QUERY_SECONDS="2", PWD=str(ROOT), OMP_NUM_THREADS="1")
+    env = prefect_env(home, api, OMP_NUM_THREADS="1")
     with launch_server(["household"]) as env_server:  # env.url: a running server, reached with a credential-bearing URL
         secret_env = {"CANARY_REGISTRY": _registry(tmp_path / "reg"), "CANARY_ENV_URL":
                       env_server.url.replace("http://", f"http://alice:{CANARY}@"), "CANARY_HTTP": _unused("http"),

@@ -55,16 +55,23 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.kill()
 
 
+def prefect_env(home, api_url: str, **extra: str) -> dict[str, str]:
+    """This process's environment without PREFECT_* settings, pointed at a private Prefect home and API on
+    127.0.0.1, with analytics off and a worker that polls every 2 s (plus `extra`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(home), PREFECT_API_URL=api_url, PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               DO_NOT_TRACK="1", PREFECT_SERVER_UI_V2_ENABLED="false", PREFECT_WORKER_QUERY_SECONDS="2",
+               PWD=str(ROOT), **extra)
+    return env
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """A Prefect server on 127.0.0.1, the `local` process pool, `prefect deploy --all` and a worker."""
     home = tmp_path_factory.mktemp("prefect-home")
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(home), PREFECT_API_URL=url, PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
-               PREFECT_SERVER_UI_V2_ENABLED="false", PREFECT_WORKER_QUERY_SECONDS="2", PWD=str(ROOT),
-               PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2")
+    env = prefect_env(home, url, PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2")
     logs = [open(home / "server.log", "w"), open(home / "worker.log", "w")]
     server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT,
                               env=env, stdout=logs[0], stderr=subprocess.STDOUT)

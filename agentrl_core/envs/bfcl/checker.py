@@ -74,6 +74,11 @@ IRRELEVANCE = TurnVerdict(False, "multi_turn:irrelevance_error", "the model call
 """The `strict_irrelevance` verdict (not the official one): a call in a turn whose ground truth is empty."""
 
 
+def breaks_strict_irrelevance(entry: Entry, turn: int, model_calls_in_turn: int) -> bool:
+    """The stricter, non-official rule: the model called a function in a turn whose ground truth is empty."""
+    return model_calls_in_turn > 0 and not entry.ground_truth[turn]
+
+
 def judge_turn(
     truth_calls: Sequence[Any],
     model_calls_in_turn: int,
@@ -148,7 +153,7 @@ def check_trajectory(
             made += len(calls)
             results.extend(o.result for o in model.run_all(calls))
         verdict = judge.close_turn(turn, model, made, results)
-        if verdict.passed and strict_irrelevance and made and not entry.ground_truth[turn]:
+        if verdict.passed and strict_irrelevance and breaks_strict_irrelevance(entry, turn, made):
             verdict = IRRELEVANCE
         if not verdict.passed:
             return TrajectoryVerdict(False, turn, verdict.error_type, verdict.message)

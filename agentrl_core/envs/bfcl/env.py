@@ -8,7 +8,7 @@ from typing import Any
 
 from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.bfcl import protocol
-from agentrl_core.envs.bfcl.checker import TurnJudge, truth_calls
+from agentrl_core.envs.bfcl.checker import TurnJudge, breaks_strict_irrelevance, truth_calls
 from agentrl_core.envs.bfcl.data import Entry, entry_docs, visible_functions
 from agentrl_core.envs.bfcl.executor import Executor
 from agentrl_core.envs.bfcl.stages import STAGES, TEST_IDS, TRAIN_IDS, entry_of, stage_task_ids
@@ -140,7 +140,7 @@ class Bfcl(Env):
         """Judge the current turn, log its score, and move to the next turn (or end the episode)."""
         ep = self.episode
         verdict = ep.judge.close_turn(ep.turn, ep.model, ep.calls_in_turn, ep.results)
-        irrelevant = self.strict_irrelevance and ep.calls_in_turn > 0 and not ep.entry.ground_truth[ep.turn]
+        irrelevant = self.strict_irrelevance and breaks_strict_irrelevance(ep.entry, ep.turn, ep.calls_in_turn)
         score = 1.0 if verdict.passed and not irrelevant else 0.0
         ep.log.append(score)
         ep.verdicts.append("" if verdict.passed else verdict.error_type)
