@@ -1,10 +1,11 @@
-"""glibc malloc settings for training: keep freed tensor buffers instead of returning them to the OS.
+"""The CLI's tuned malloc: `agentrl run`/`eval` (and the benchmarks) re-execute themselves once with it.
 
-By default glibc serves large buffers with mmap and unmaps them on free, so every step faults
-the same memory back in (REFERENCE.md §1: about a quarter of CPU time in a GRPO step). With
-mmap off and trimming off, freed buffers are reused: measured here, a bf16 GRPO step went from
-30.0 s to 22.7 s (bench/bench_speed.py) for 7 % more peak RSS. glibc reads these variables only
-at process start, so the CLI re-executes itself once with them set.
+What the settings are and why they apply to the training process only: agentrl_core.malloc_tuning.
+glibc reads them only at process start, hence the re-exec; the re-executed process then removes
+them from its environment (`adopt`), so the Prefect server, env servers and their workers, the
+experience pool and a model server it starts use glibc's default and hand memory back to the OS.
+Measured here before: a bf16 GRPO step went from 30.0 s to 22.7 s (bench/bench_speed.py) for 7 %
+more peak RSS.
 """
 
 from __future__ import annotations
@@ -13,19 +14,22 @@ import os
 import sys
 from typing import Sequence
 
-TUNED = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000", "MALLOC_TOP_PAD_": "1073741824"}
-OPT_OUT = "AGENTRL_SYSTEM_MALLOC"
+from agentrl_core.malloc_tuning import OPT_OUT, TUNED, adopt, in_force
+
+__all__ = ["OPT_OUT", "TUNED", "in_force", "reexec_script_with_tuned_malloc", "reexec_with_tuned_malloc",
+           "wants_reexec"]
 
 
 def wants_reexec(environ: dict[str, str]) -> bool:
     """True when the tuned settings are not in force and the user has not opted out."""
-    return environ.get(OPT_OUT) != "1" and any(k not in environ for k in TUNED)
+    return environ.get(OPT_OUT) != "1" and not in_force() and any(k not in environ for k in TUNED)
 
 
 def reexec_with_tuned_malloc(argv: Sequence[str], entry: Sequence[str] = ("-m", "agentrl.cli")) -> None:
-    """Replace this process by the same command (`python <entry> <argv>`) with the tuned malloc
-    settings; returns if they are already in force, opted out, or not on Linux."""
-    if not wants_reexec(dict(os.environ)) or not sys.platform.startswith("linux"):
+    """Replace this process by the same command (`python <entry> <argv>`) with the tuned malloc settings;
+    returns if they are already in force (then they are taken out of the environment that children
+    inherit), opted out, or not on Linux."""
+    if adopt() or not wants_reexec(dict(os.environ)) or not sys.platform.startswith("linux"):
         return
     env = {**os.environ, **{k: os.environ.get(k, v) for k, v in TUNED.items()}}
     os.execve(sys.executable, [sys.executable, *entry, *argv], env)

@@ -76,7 +76,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
     from agentrl_core.serving.openai_server import API_KEY_ENV, serve_openai
 
     serve_openai(resolve_model(args.model), args.host, args.port, api_key=os.environ.get(API_KEY_ENV) or None,
-                 threads=args.threads, allow_unauthenticated=args.allow_unauthenticated)
+                 threads=args.threads, allow_unauthenticated=args.allow_unauthenticated, max_body_mb=args.max_body_mb)
     return 0
 
 
@@ -86,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(
         env_names=args.envs.split(",") if args.envs else None, host=args.host, port=args.port,
         max_sessions=args.max_sessions, session_ttl_s=args.session_ttl, workers=args.workers,
-        allow_unauthenticated=args.allow_unauthenticated,
+        allow_unauthenticated=args.allow_unauthenticated, max_body_mb=args.max_body_mb,
     )
     return 0
 
@@ -200,16 +200,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentrl_core.config import EvalConfig, SamplingConfig
     from agentrl_core.envs import launch_server
     from agentrl_core.evaluation.runner import evaluate_model
+    from agentrl_core.server_auth import run_token
 
     interrupts.install(on_second=lifetime.kill_tracked)
     cfg = EvalConfig(k=args.k, seed=args.seed, sampling=SamplingConfig(temperature=args.temperature))
-    server_cm = nullcontext(None) if args.env_url else launch_server([args.env])
-    with server_cm as server, Progress(console=console) as progress:
-        bar = progress.add_task(f"evaluating {args.model}", total=args.k * args.max_turns)
-        summary = interrupts.run_interruptible(  # Ctrl-C stops it within seconds
-            evaluate_model, args.model, env_name=args.env, env_url=args.env_url or server.url, cfg=cfg,
-            n_tasks=args.tasks, max_turns=args.max_turns, autocast=_compute_dtype(args.model, args.compute_dtype),
-            on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
+    with run_token():  # the env server started here answers only this evaluation (server_auth.py)
+        server_cm = nullcontext(None) if args.env_url else launch_server([args.env])
+        with server_cm as server, Progress(console=console) as progress:
+            bar = progress.add_task(f"evaluating {args.model}", total=args.k * args.max_turns)
+            summary = interrupts.run_interruptible(  # Ctrl-C stops it within seconds
+                evaluate_model, args.model, env_name=args.env, env_url=args.env_url or server.url, cfg=cfg,
+                n_tasks=args.tasks, max_turns=args.max_turns, autocast=_compute_dtype(args.model, args.compute_dtype),
+                on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
     _print_evals({args.model: summary.to_dict()})
     return 0
 
@@ -226,11 +228,14 @@ def _compute_dtype(model: str, setting: str) -> str:
     return choice.dtype
 
 
-def _add_auth_flag(s: argparse.ArgumentParser) -> None:
+def _add_server_flags(s: argparse.ArgumentParser, body_default: str) -> None:
     s.add_argument("--allow-unauthenticated", action="store_true",
                    help="serve on a non-loopback --host without a bearer token (anyone on the network may use it); "
-                        "by default that is refused unless AGENTRL_SERVER_TOKEN is set, and clients then send "
-                        "'Authorization: Bearer $AGENTRL_SERVER_TOKEN'")
+                        "by default that is refused. With AGENTRL_SERVER_TOKEN set, every route but /health needs "
+                        "'Authorization: Bearer $AGENTRL_SERVER_TOKEN', on loopback too; without it, a loopback server "
+                        "is open to every local user (it says so at start)")
+    s.add_argument("--max-body-mb", type=float, default=None,
+                   help=f"largest request body in MiB, larger ones get HTTP 413 (default: {body_default})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    _add_auth_flag(s)
+    _add_server_flags(s, "room for 64 prompts filling the model's context, or $AGENTRL_OPENAI_MAX_BODY_MB")
     s.set_defaults(fn=cmd_serve_model)
 
     s = sub.add_parser("serve", help="serve environments over HTTP (AgentGym routes included)")
@@ -277,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=None, help="shared env worker processes (default: one per core)")
     s.add_argument("--max-sessions", type=int, default=1024, help="most live sessions (then HTTP 429)")
     s.add_argument("--session-ttl", type=float, default=600.0, help="seconds before an idle session is closed")
-    _add_auth_flag(s)
+    _add_server_flags(s, "8, or $AGENTRL_ENV_SERVER_MAX_BODY_MB")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("run", help="run a recipe as a Prefect flow (ephemeral local Prefect unless PREFECT_API_URL is set)")
@@ -315,8 +320,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("run", "eval") and argv is None:
         from agentrl.allocator import reexec_with_tuned_malloc
 
-        reexec_with_tuned_malloc(sys.argv[1:])
+        reexec_with_tuned_malloc(sys.argv[1:])  # returns in the re-executed process, its children untuned
     _quiet_logs(args.verbose)
+    if args.command in ("run", "eval"):
+        from agentrl_core.malloc_tuning import describe
+
+        logging.getLogger("agentrl.allocator").info(describe())
     try:
         return args.fn(args)
     except AgentRLError as err:

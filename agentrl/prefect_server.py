@@ -5,13 +5,17 @@ group: a Ctrl-C killed it before the interrupted flow could record its state, an
 CLI alone left it running, re-parented to init. This one is started in its own session (a signal
 aimed at the terminal's group does not reach it), watches its parent (the kernel's parent-death
 signal, and a watchdog thread), is tracked for a second Ctrl-C, and is stopped after the flow.
-Same app, same settings, same database (PREFECT_HOME) as ephemeral mode.
+Same app, same settings, same database (PREFECT_HOME) as ephemeral mode, plus Prefect's own basic
+auth: the server requires the run's credential (`run_credential`) on every route but its health
+probe, so another local user cannot read or alter the run's state. The credential reaches the server
+through its environment and this process's client through Prefect's settings, never a command line.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,6 +32,16 @@ from agentrl_core import lifetime
 
 EPHEMERAL_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
 """What Prefect's ephemeral mode sets for its server process."""
+SERVER_AUTH_ENV = "PREFECT_SERVER_API_AUTH_STRING"
+"""Prefect's server-side basic-auth setting (`server.api.auth_string`): the `user:password` it requires."""
+CLIENT_AUTH_ENV = "PREFECT_API_AUTH_STRING"
+"""Prefect's client-side setting (`api.auth_string`): the `user:password` its clients send."""
+
+
+def run_credential() -> str:
+    """The `user:password` the run's temporary server requires: PREFECT_API_AUTH_STRING when the user
+    set it (so they can reach that server from another shell), else a fresh random one for this run."""
+    return os.environ.get(CLIENT_AUTH_ENV) or f"agentrl:{secrets.token_urlsafe(32)}"
 
 
 def _free_port() -> int:
@@ -36,11 +50,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(credential: str) -> dict[str, str]:
     from prefect.settings import get_current_settings
 
     settings = get_current_settings().to_environment_variables(exclude_unset=True)
-    return {**os.environ, **EPHEMERAL_ENV, **{k: str(v) for k, v in settings.items()}}
+    # the client setting too: the server's own background services call its API as clients
+    auth = {SERVER_AUTH_ENV: credential, CLIENT_AUTH_ENV: credential}
+    return {**os.environ, **EPHEMERAL_ENV, **{k: str(v) for k, v in settings.items()}, **auth}
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float) -> None:
@@ -69,15 +85,16 @@ def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
             proc.wait()
 
 
-def start_server(timeout_s: float | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the server (own session, parent watch, tracked); (process, API url) once healthy."""
+def start_server(credential: str, timeout_s: float | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the server requiring `credential` (own session, parent watch, tracked); (process, API url)
+    once healthy."""
     from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
 
     port = _free_port()
     log = Path(tempfile.mkdtemp(prefix="agentrl-prefect-")) / "server.log"
     cmd = [sys.executable, "-m", "agentrl.prefect_server", "--port", str(port), "--parent-pid", str(os.getpid())]
     with open(log, "wb") as out:
-        proc = lifetime.track(subprocess.Popen(cmd, env=_child_env(), stdin=subprocess.DEVNULL, stdout=out,
+        proc = lifetime.track(subprocess.Popen(cmd, env=_child_env(credential), stdin=subprocess.DEVNULL, stdout=out,
                                                stderr=subprocess.STDOUT, **lifetime.CHILD_SESSION))
     url = f"http://127.0.0.1:{port}/api"
     try:
@@ -91,15 +108,18 @@ def start_server(timeout_s: float | None = None) -> tuple[subprocess.Popen[bytes
 @contextmanager
 def local_prefect_api() -> Iterator[str]:
     """The Prefect API for the block: PREFECT_API_URL when set (a real server, left alone), else a
-    temporary server started here and stopped after (its pending logs sent first)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    temporary server started here, requiring the run's credential, and stopped after (its pending
+    logs sent first). Only this process's Prefect settings carry the credential: the run's other
+    processes (env servers, Ray workers) never talk to Prefect, so they never hold it."""
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     if PREFECT_API_URL.value():
         yield str(PREFECT_API_URL.value())
         return
-    proc, url = start_server()
+    credential = run_credential()
+    proc, url = start_server(credential)
     try:
-        with temporary_settings(updates={PREFECT_API_URL: url}):
+        with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_API_AUTH_STRING: credential}):
             try:
                 yield url
             finally:

@@ -291,7 +291,8 @@ class RolloutConfig(Section):
 
 class AlgorithmConfig(Section):
     advantage: str = "grpo"
-    """Advantage estimator, by name (see agentrl_core.algorithms.ADVANTAGE_ESTIMATORS)."""
+    """Advantage estimator, by name (see agentrl_core.algorithms.ADVANTAGE_ESTIMATORS, and
+    STEP_ADVANTAGE_ESTIMATORS for those that read each turn, e.g. gigpo)."""
     norm_adv_by_std: bool = True
     """GRPO: divide by the group's standard deviation (False gives Dr.GRPO's estimator)."""
     policy_loss: str = "ppo_clip"
@@ -345,6 +346,10 @@ class AlgorithmConfig(Section):
     """R3L: the most tokens one reflection may generate."""
     r3l_max_retries_per_group: int = Field(0, ge=0)
     """R3L: at most this many failed attempts of a group reflect and retry (lowest sample first); 0 = all."""
+    gigpo_gamma: float = Field(0.95, ge=0.0, le=1.0)
+    """GiGPO: discount per turn of the step return G_t = sum_k gamma^k r_{t+k} within an episode."""
+    gigpo_step_weight: float = Field(1.0, ge=0.0)
+    """GiGPO: omega in A = A^E + omega * A^S (episode-level plus step-level advantage); 0 = GRPO's advantage."""
 
     @model_validator(mode="after")
     def _check_r3l(self) -> "AlgorithmConfig":

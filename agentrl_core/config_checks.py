@@ -46,7 +46,7 @@ def check_registered_names(cfg: Recipe) -> None:
     env_cls = envs.env_class(cfg.env.name)
     _check_env_kwargs(env_cls, cfg.env.kwargs)
     _check_extra(env_cls)
-    _check_in("algorithm.advantage", cfg.algorithm.advantage, list(algorithms.ADVANTAGE_ESTIMATORS))
+    _check_in("algorithm.advantage", cfg.algorithm.advantage, algorithms.advantage_names())
     _check_in("algorithm.policy_loss", cfg.algorithm.policy_loss, list(algorithms.POLICY_LOSSES))
     _check_in("algorithm.loss_agg_mode", cfg.algorithm.loss_agg_mode, list(algorithms.AGGREGATIONS))
     _check_in("algorithm.kl_estimator", cfg.algorithm.kl_estimator, list(algorithms.KL_ESTIMATORS))

@@ -38,3 +38,26 @@ class TaskNotFoundError(EnvError):
 
 class CheckpointError(AgentRLError):
     """A checkpoint is missing, incomplete or does not match the run."""
+
+
+class DiskFullError(AgentRLError):
+    """A write failed for lack of space (ENOSPC, a quota, a full database): the message names the path,
+    the free space left and how to go on. Never retried: the same write would fail the same way."""
+
+    def __init__(self, path: str, free_bytes: int | None = None, mount: str | None = None,
+                 resume_step: int | None = None) -> None:
+        super().__init__(path, free_bytes, mount, resume_step)
+        self.path, self.free_bytes, self.mount, self.resume_step = str(path), free_bytes, mount, resume_step
+
+    def __reduce__(self):  # keep every field across pickling (Prefect results, Ray actors)
+        return type(self), (self.path, self.free_bytes, self.mount, self.resume_step)
+
+    def __str__(self) -> str:
+        if self.free_bytes is not None:
+            space = f"{self.free_bytes / 2**20:.0f} MiB free on {self.mount or 'its filesystem'}"
+        else:
+            space = f"free space on {self.mount or 'its filesystem'} unknown"
+        then = "run the same command again"
+        if self.resume_step is not None:  # set by the training loop, which knows its last complete checkpoint
+            then += f" to resume from step {self.resume_step}"
+        return f"no space left on device writing {self.path} ({space}): free space and {then}"

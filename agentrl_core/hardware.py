@@ -28,11 +28,15 @@ class CpuInfo:
     """torch's ATen kernel level (AVX2, AVX512, ...); None when torch is not asked."""
     onednn_bf16: bool | None
     """Whether oneDNN has bf16 kernels for this CPU (torch.ops.mkldnn._is_mkldnn_bf16_supported)."""
+    generation: str | None = None
+    """x86 "family F model M" from /proc/cpuinfo: tells CPU generations apart where virtual machines report
+    only "AMD EPYC" (family 25 is Zen 3/4, family 26 Zen 5)."""
 
     def describe(self) -> str:
         """One line, e.g. "AMD EPYC, 2 cores (2 usable), avx2 avx512f avx512_bf16, torch AVX512, oneDNN bf16 yes"."""
         flags = " ".join(self.flags) or "none of " + "/".join(SPEED_FLAGS)
-        parts = [self.model, f"{self.cores} cores ({self.usable_cores} usable)", flags]
+        model = f"{self.model} ({self.generation})" if self.generation else self.model
+        parts = [model, f"{self.cores} cores ({self.usable_cores} usable)", flags]
         if self.torch_capability is not None:
             parts.append(f"torch {self.torch_capability}")
         if self.onednn_bf16 is not None:
@@ -43,9 +47,9 @@ class CpuInfo:
         return asdict(self)
 
 
-def _cpuinfo_fields(text: str) -> tuple[str, set[str]]:
-    """(model name, flags) of the first processor block of a /proc/cpuinfo text."""
-    model, flags = "", set()
+def _cpuinfo_fields(text: str) -> tuple[str, set[str], str | None]:
+    """(model name, flags, "family F model M" or None) of the first processor block of a /proc/cpuinfo text."""
+    model, flags, numbers = "", set(), {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
@@ -53,7 +57,10 @@ def _cpuinfo_fields(text: str) -> tuple[str, set[str]]:
             model = value.strip()
         elif key in ("flags", "Features") and not flags:
             flags = set(value.split())
-    return model, flags
+        elif key in ("cpu family", "model") and key not in numbers and value.strip().isdigit():
+            numbers[key] = value.strip()
+    generation = f"family {numbers['cpu family']} model {numbers['model']}" if len(numbers) == 2 else None
+    return model, flags, generation
 
 
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
@@ -97,13 +104,14 @@ def _torch_cpu_facts() -> tuple[str | None, bool | None]:
 def cpu_info(*, with_torch: bool = True, cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
     """This machine's CpuInfo (torch's view included unless `with_torch` is False)."""
     try:
-        model, flags = _cpuinfo_fields(cpuinfo.read_text(errors="replace"))
+        model, flags, generation = _cpuinfo_fields(cpuinfo.read_text(errors="replace"))
     except OSError:
-        model, flags = "", set()
+        model, flags, generation = "", set(), None
     capability, bf16 = _torch_cpu_facts() if with_torch else (None, None)
     return CpuInfo(model=model or platform.processor() or platform.machine() or "unknown CPU",
                    flags=tuple(f for f in SPEED_FLAGS if f in flags), cores=os.cpu_count() or 1,
-                   usable_cores=usable_cores(), torch_capability=capability, onednn_bf16=bf16)
+                   usable_cores=usable_cores(), torch_capability=capability, onednn_bf16=bf16,
+                   generation=generation)
 
 
 def describe_cpu(with_torch: bool = True) -> str:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentrl_core.hardware import cpu_info, describe_cpu
+from bench.recording import current
 
 
 def peak_rss_gib() -> float:
@@ -35,11 +36,15 @@ def print_table(title: str, figures: dict[str, float], baseline: dict[str, float
             row += [f"{base:.4g}" if base is not None else "-",
                     f"{value / base:.2f}x" if base not in (None, 0) else "-"]
         table.add_row(*row)
-    Console().print(table)
+    Console(width=max(Console().width, 160)).print(table)  # teed to a pipe: no 80-column wrap
 
 
 def save_json(path: str | None, payload: dict[str, Any]) -> None:
-    """Write the results, with the CPU they were measured on (model, flags, cores) under "machine"."""
+    """Report the payload's "figures" (and the rest) to this run's results file (`bench/recording.py`), and
+    write the payload to `path` too, with the CPU it was measured on (model, flags, cores) under "machine"."""
+    recording = current()
+    if recording is not None:
+        recording.report(payload.get("figures", {}), **{k: v for k, v in payload.items() if k != "figures"})
     if path:
         Path(path).write_text(json.dumps({**payload, "machine": cpu_info().to_dict()}, indent=2))
 

@@ -3,8 +3,8 @@
 One run decides auto as a training run would (the capability gate, then the probe; --fresh ignores
 the per-machine cache and times the decision), then times training steps of the real model —
 forward + backward + AdamW over a batch of B x T tokens, log-softmax over every position as the
-trainers do — at float32 and at bfloat16, alternating, and prints train tokens/s of each with
-auto's pick and the ratio of auto to the best explicit setting.
+trainers do — at float32, at bfloat16 and at auto's pick, each timed as its own setting, alternating,
+and prints train tokens/s of each and the ratio of auto to the best explicit setting.
 
 A CPU without bf16 kernels can be emulated on one that has them: oneDNN then runs bf16 without its
 AVX-512 kernels, as on an AVX2-only CPU, and torch's own kernels use AVX2:
@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench._common import median, print_table, save_json  # noqa: E402
+from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.models import load_model, resolve_model  # noqa: E402
 from agentrl_core.models.compute import choose_compute_dtype, resolve_threads  # noqa: E402
 from agentrl_core.models.precision import autocast  # noqa: E402
@@ -70,22 +71,27 @@ def main() -> None:
     optim = torch.optim.AdamW(model.parameters(), lr=1e-6)
     shape = (args.batch, args.tokens)
     ids = torch.randint(0, model.config.vocab_size, shape, generator=torch.Generator().manual_seed(0))
-    times: dict[str, list[float]] = {"float32": [], "bfloat16": []}
+    # auto is timed as its own setting, as a run with compute_dtype: auto would train, not read off the
+    # measurement of the explicit setting it picked
+    settings = {"float32": "float32", "bfloat16": "bfloat16", "auto": choice.dtype}
+    times: dict[str, list[float]] = {name: [] for name in settings}
     for round_ in range(args.steps + 1):  # round 0 warms up
-        for mode in times:
+        for name, mode in settings.items():
             seconds = train_step(model, optim, ids, mode)
             if round_:
-                times[mode].append(seconds)
+                times[name].append(seconds)
     tokens = args.batch * args.tokens
-    speed = {mode: tokens / median(ts) for mode, ts in times.items()}
-    figures = {f"train tok/s {mode}": s for mode, s in speed.items()}
-    figures[f"train tok/s auto (= {choice.dtype})"] = speed[choice.dtype]
-    figures["auto / best explicit"] = speed[choice.dtype] / max(speed.values())
+    speed = {name: tokens / median(ts) for name, ts in times.items()}
+    figures = {f"train tok/s {name}": s for name, s in speed.items()}
+    figures["auto / best explicit"] = speed["auto"] / max(speed["float32"], speed["bfloat16"])
+    figures["bfloat16 / float32"] = speed["bfloat16"] / speed["float32"]
     figures["auto decision s"] = decided_s
     print_table(f"compute dtype, {args.model}, {args.batch}x{args.tokens} tokens, {torch.get_num_threads()} threads, "
-                f"median of {args.steps} (CPU capability {torch.backends.cpu.get_cpu_capability()})", figures)
-    save_json(args.json, {"args": vars(args), "figures": figures, "auto": choice.dtype, "reason": choice.reason})
+                f"median of {args.steps}, auto = {choice.dtype} (CPU capability "
+                f"{torch.backends.cpu.get_cpu_capability()})", figures)
+    save_json(args.json, {"args": vars(args), "figures": figures, "texts": {"auto": choice.dtype},
+                          "auto": choice.dtype, "reason": choice.reason})
 
 
 if __name__ == "__main__":
-    main()
+    run_recorded("compute_dtype", main)

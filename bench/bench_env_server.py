@@ -39,6 +39,7 @@ import aiohttp  # noqa: E402
 import httpx  # noqa: E402
 
 from bench._common import load_baseline, print_table, save_json  # noqa: E402
+from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.envs import launch_server  # noqa: E402
 from agentrl_core.envs.server_metrics import quantile  # noqa: E402
 
@@ -234,4 +235,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_recorded("env_server", main))

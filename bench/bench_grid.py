@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
 from bench._common import print_table, save_json  # noqa: E402
+from bench.recording import run_recorded  # noqa: E402
 from bench.bench_learning import evaluate  # noqa: E402
 from agentrl_core.checkpoints import export_hf  # noqa: E402
 from agentrl_core.envs import launch_server  # noqa: E402
@@ -141,4 +142,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     reexec_script_with_tuned_malloc()  # the allocator `agentrl run` uses (AGENTRL_SYSTEM_MALLOC=1: glibc's default)
-    main()
+    run_recorded("grid", main)

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
 from bench._common import print_table, save_json  # noqa: E402
+from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.checkpoints import export_hf  # noqa: E402
 from agentrl_core.envs import launch_server  # noqa: E402
 from agentrl_core.evaluation.runner import evaluate_model  # noqa: E402
@@ -136,4 +137,4 @@ def report(args, cfg, evals, curves, minutes, wall_s: float) -> None:
 
 if __name__ == "__main__":
     reexec_script_with_tuned_malloc()  # the allocator `agentrl run` uses (AGENTRL_SYSTEM_MALLOC=1: glibc's default)
-    main()
+    run_recorded("learning", main)

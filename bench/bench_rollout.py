@@ -23,11 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench._common import load_baseline, median, print_table, save_json  # noqa: E402
+from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.config import EngineConfig, SamplingConfig  # noqa: E402
 from agentrl_core.hardware import describe_cpu  # noqa: E402
 from agentrl_core.envs import make  # noqa: E402
 from agentrl_core.models import load_model, load_tokenizer, precision, resolve_model  # noqa: E402
 from agentrl_core.models.chat import ChatFormat  # noqa: E402
+from agentrl_core.models.compute import choose_compute_dtype  # noqa: E402
 from agentrl_core.rollout import EpisodeSpec, LoopLimits, run_episodes  # noqa: E402
 from agentrl_core.rollout.engines import make_engine  # noqa: E402
 
@@ -42,7 +44,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--max-turns", type=int, default=8)
     p.add_argument("--new-tokens", type=int, default=12)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--compute-dtype", dest="autocast", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--compute-dtype", dest="autocast", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto: what model.compute_dtype: auto picks on this machine (as `agentrl run` does)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2, help="rollouts per engine (alternating), median reported")
     p.add_argument("--engines", default="hf,native")
@@ -97,6 +100,8 @@ def main() -> None:
     args = parse()
     torch.set_num_threads(args.threads)
     path = resolve_model(args.model)
+    if args.autocast == "auto":
+        args.autocast = choose_compute_dtype(path).dtype
     model, tok = load_model(path), load_tokenizer(path)
     chat = ChatFormat(tok)
     kinds = args.engines.split(",")
@@ -125,8 +130,9 @@ def main() -> None:
     print_table(f"rollout, household demo episodes ({args.tasks}x{args.samples}, <= {args.max_turns} turns x "
                 f"{args.new_tokens} tokens, T={args.temperature}), compute_dtype={args.autocast}, "
                 f"median of {args.repeats}", figures, load_baseline(args.baseline))
-    save_json(args.json, {"args": vars(args), "figures": figures, "runs": runs, "cpu": describe_cpu()})
+    save_json(args.json, {"args": vars(args), "figures": figures, "runs": runs, "cpu": describe_cpu(),
+                          "texts": {"compute_dtype": args.autocast}})
 
 
 if __name__ == "__main__":
-    main()
+    run_recorded("rollout", main)

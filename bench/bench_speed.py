@@ -21,11 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench._common import load_baseline, median, peak_rss_gib, print_table, save_json  # noqa: E402
+from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.config import AlgorithmConfig, EngineConfig, OptimConfig, SamplingConfig  # noqa: E402
 from agentrl_core.hardware import describe_cpu  # noqa: E402
 from agentrl_core.envs import make  # noqa: E402
 from agentrl_core.models import load_model, load_tokenizer, resolve_model  # noqa: E402
 from agentrl_core.models.chat import ChatFormat  # noqa: E402
+from agentrl_core.models.compute import choose_compute_dtype  # noqa: E402
 from agentrl_core.rollout import EpisodeSpec, LoopLimits, run_episodes  # noqa: E402
 from agentrl_core.rollout.engines import make_engine  # noqa: E402
 from agentrl_core.training.optim import build_optimizer  # noqa: E402
@@ -40,7 +42,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--kl", type=float, default=0.04)
-    p.add_argument("--compute-dtype", dest="autocast", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--compute-dtype", dest="autocast", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto: what model.compute_dtype: auto picks on this machine (as `agentrl run` does)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward (less memory)")
     p.add_argument("--engine", default="auto", choices=["auto", "native", "hf"], help="rollout engine")
@@ -80,6 +83,8 @@ def main() -> None:
     args = parse()
     torch.set_num_threads(args.threads)
     path = resolve_model(args.model)
+    if args.autocast == "auto":
+        args.autocast = choose_compute_dtype(path).dtype
     policy, tok = load_model(path), load_tokenizer(path)
     if args.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
@@ -95,8 +100,9 @@ def main() -> None:
                 f"compute_dtype={args.autocast}, engine={type(engine).__name__}, ppo_epochs={args.ppo_epochs}, "
                 f"old_logprobs={args.old_logprobs}, shared_prefix={args.shared_prefix} (median of {args.steps})",
                 figures, load_baseline(args.baseline))
-    save_json(args.json, {"args": vars(args), "figures": figures, "runs": runs})
+    save_json(args.json, {"args": vars(args), "figures": figures, "runs": runs,
+                          "texts": {"compute_dtype": args.autocast, "engine": type(engine).__name__}})
 
 
 if __name__ == "__main__":
-    main()
+    run_recorded("speed", main)

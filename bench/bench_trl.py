@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._common import median, peak_rss_gib, print_table, save_json  # noqa: E402
+from bench.recording import run_recorded  # noqa: E402
 
 PROMPTS, GENERATIONS, NEW_TOKENS, BETA, LR = 4, 4, 64, 0.04, 1e-6
 
@@ -119,8 +120,8 @@ def run_trl(steps: int, threads: int, checkpointing: bool, bf16: bool = False) -
 def run_ours(steps: int, threads: int, checkpointing: bool, bf16: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ours.json"
-        cmd = [sys.executable, str(ROOT / "bench" / "bench_speed.py"), "--steps", str(steps), "--threads", str(threads),
-               "--prompts", str(PROMPTS), "--samples", str(GENERATIONS), "--new-tokens", str(NEW_TOKENS),
+        cmd = [sys.executable, str(ROOT / "bench" / "bench_speed.py"), "--no-record", "--steps", str(steps),
+               "--threads", str(threads), "--prompts", str(PROMPTS), "--samples", str(GENERATIONS), "--new-tokens", str(NEW_TOKENS),
                "--kl", str(BETA), "--json", str(out), "--compute-dtype", "bfloat16" if bf16 else "float32"]
         cmd += ["--gradient-checkpointing"] if checkpointing else []
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -148,7 +149,7 @@ def measure(which: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{which}.json"
         gc = "on" if _checkpointing(args, which) else "off"
-        subprocess.run([sys.executable, __file__, "--only", which, "--out", str(out), "--steps", str(args.steps),
+        subprocess.run([sys.executable, __file__, "--no-record", "--only", which, "--out", str(out), "--steps", str(args.steps),
                         "--threads", str(args.threads), "--gradient-checkpointing", gc,
                         "--compute-dtype", args.compute_dtype], check=True, env=dict(os.environ))
         return json.loads(out.read_text())
@@ -168,7 +169,8 @@ def main() -> int:
         return child(args)
     ours, trl = summarise(measure("ours", args)), summarise(measure("trl", args))
     figures = {f"ours_{k}": v for k, v in ours.items()} | {f"trl_{k}": v for k, v in trl.items()}
-    figures["speedup_step_time"] = trl["step_s"] / ours["step_s"]
+    # the two trainers sample different completions (lengths differ), so the speed-up is per token, not per step
+    figures["speedup_tokens_per_s"] = ours["tokens_per_s"] / trl["tokens_per_s"]
     figures["memory_ratio_ours_over_trl"] = ours["peak_rss_gib"] / trl["peak_rss_gib"]
     gc = {side: "on" if _checkpointing(args, side) else "off" for side in ("ours", "trl")}
     print_table(f"GRPO step: agentrl vs TRL, {PROMPTS}x{GENERATIONS}x{NEW_TOKENS} tokens, beta={BETA}, "
@@ -179,4 +181,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_recorded("trl", main))

@@ -8,7 +8,7 @@ from agentrl_core.config import RecipeConfig
 from agentrl_core.interrupts import handling_signals
 from agentrl_core.recipes import resolve_recipe
 from tasks.env_server import env_server
-from tasks.records import finish_run, record_eval, record_export, record_stage, run_record
+from tasks.records import finish_run, mark_failed, record_eval, record_export, record_stage, run_record
 from tasks.report import report
 from tasks.secrets import prepare_secrets
 from tasks.stages import compute_settings, evaluate, export_checkpoint, import_model, load_tasks, sft_stage
@@ -37,7 +37,7 @@ def sft(recipe: RecipeConfig | None = None, recipe_file: str | None = None, over
                     evals[label] = evaluate(recipe, label, model, url)
                     record_eval(recipe, run_id, label, uri if label == "sft" else model, evals[label])
     except BaseException:
-        finish_run(recipe, run_id, "failed")
+        mark_failed(recipe, run_id)  # never raises: the run's own error is the one to show
         raise
     summary = report(str(recipe.run_dir), evals, {"sft": str(recipe.run_dir / "sft")}, {"sft": export})
     finish_run(recipe, run_id, "completed")

@@ -11,7 +11,7 @@ from agentrl_core.recipes import resolve_recipe
 from agentrl_core.training.validation import best_checkpoint
 from tasks.env_server import env_server
 from tasks.experience import experience_pool
-from tasks.records import finish_run, record_eval, record_export, record_stage, run_record
+from tasks.records import finish_run, mark_failed, record_eval, record_export, record_stage, run_record
 from tasks.report import report
 from tasks.secrets import prepare_secrets
 from tasks.stages import compute_settings, evaluate, export_checkpoint, grpo_stage, import_model, load_tasks, sft_stage
@@ -35,7 +35,7 @@ def train(recipe: RecipeConfig | None = None, recipe_file: str | None = None, ov
         with handling_signals():  # Ctrl-C/SIGTERM: stop within seconds, recorded Crashed; a second exits at once
             result = _pipeline(recipe, run_id)
     except BaseException:
-        finish_run(recipe, run_id, "failed")
+        mark_failed(recipe, run_id)  # never raises: the run's own error is the one to show
         raise
     finish_run(recipe, run_id, "completed")
     return result

@@ -13,11 +13,13 @@ from agentrl_core.config import EnvConfig
 from agentrl_core.envs import ServerProcess, launch_server
 from agentrl_core.secrets import reveal
 from agentrl_core.server_auth import run_token
+from tasks.retry import retry_unless_disk_full
 
 _SERVERS: dict[int, ServerProcess] = {}
 
 
-@task(name="start-env-server", retries=2, retry_delay_seconds=2, timeout_seconds=120)
+@task(name="start-env-server", retries=2, retry_delay_seconds=2, timeout_seconds=120,
+      retry_condition_fn=retry_unless_disk_full)
 def start_env_server(env: EnvConfig) -> dict[str, object]:
     """Start the env server on env.host (127.0.0.1 by default); returns its url and pid."""
     server = launch_server([env.name], host=env.host, port=env.port, env_kwargs={env.name: env.kwargs})
@@ -55,7 +57,8 @@ def env_server(env: EnvConfig) -> Iterator[str]:
             stop_env_server(int(info["pid"]))
 
 
-@task(name="start-env-servers", retries=2, retry_delay_seconds=2, timeout_seconds=180)
+@task(name="start-env-servers", retries=2, retry_delay_seconds=2, timeout_seconds=180,
+      retry_condition_fn=retry_unless_disk_full)
 def start_env_servers(names: list[str]) -> dict[str, object]:
     """Start one env server on 127.0.0.1 serving every environment in `names`; returns its url and pid."""
     server = launch_server(list(names), host="127.0.0.1")

@@ -13,10 +13,11 @@ from agentrl_core.evaluation.batch import EvalGrid, pending_checkpoints, plan_gr
 from agentrl_core.evaluation.leaderboard import leaderboard, to_markdown
 from agentrl_core.evaluation.plots import plot_registry
 from agentrl_core.store import open_registry
+from tasks.retry import retry_unless_disk_full
 from tasks.stages import TRANSIENT
 
 
-@task(name="pending-checkpoints", retries=2, retry_delay_seconds=2)
+@task(name="pending-checkpoints", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_unless_disk_full)
 def find_pending(registry_url: str | None, root: str, envs: list[str], seeds: list[int], k: int, split: str,
                  engine: str) -> list[str]:
     """URIs of exported checkpoints that miss an evaluation for some env × seed."""
@@ -50,7 +51,7 @@ def evaluate_grid(grid: EvalGrid, registry_url: str | None, root: str, env_url: 
         reg.close()
 
 
-@task(name="leaderboard", retries=1, retry_delay_seconds=2)
+@task(name="leaderboard", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_disk_full)
 def publish_leaderboard(registry_url: str | None, root: str, envs: list[str], out_dir: str) -> dict:
     """The leaderboard (a table artifact and leaderboard.md) and one PNG per metric over training steps."""
     reg = open_registry(registry_url, Path(root))

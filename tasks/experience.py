@@ -11,6 +11,7 @@ from prefect import get_run_logger, task
 from agentrl_core.config import RecipeConfig
 from agentrl_core.secrets import Secret, reveal
 from agentrl_core.server_auth import run_token
+from tasks.retry import retry_unless_disk_full
 
 _POOLS: dict[int, Any] = {}
 
@@ -24,7 +25,8 @@ def _db_url(recipe: RecipeConfig) -> str:
     return f"sqlite:///{path}"
 
 
-@task(name="start-experience-pool", retries=2, retry_delay_seconds=2, timeout_seconds=180)
+@task(name="start-experience-pool", retries=2, retry_delay_seconds=2, timeout_seconds=180,
+      retry_condition_fn=retry_unless_disk_full)
 def start_experience_pool(recipe: RecipeConfig) -> dict[str, object]:
     """Start the experience pool on 127.0.0.1; returns its url and pid."""
     from agentrl_core.experience.launcher import launch_experience_pool

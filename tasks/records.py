@@ -8,8 +8,9 @@ from prefect import get_run_logger, runtime, task
 
 from agentrl_core.config import RecipeConfig, dump
 from agentrl_core.store import open_registry
+from tasks.retry import retry_unless_disk_full
 
-QUICK = {"retries": 2, "retry_delay_seconds": 2}
+QUICK = {"retries": 2, "retry_delay_seconds": 2, "retry_condition_fn": retry_unless_disk_full}
 
 
 def aws_block_credentials(recipe: RecipeConfig) -> dict[str, str | None]:
@@ -52,6 +53,15 @@ def finish_run(recipe: RecipeConfig, run_id: int, status: str) -> None:
         reg.set_run_status(run_id, status)
     finally:
         reg.close()
+
+
+def mark_failed(recipe: RecipeConfig, run_id: int) -> None:
+    """Record the run failed, from a flow's `except`: a failure here (e.g. the registry on the same full
+    disk) is logged, never raised over the error that stopped the run."""
+    try:
+        finish_run(recipe, run_id, "failed")
+    except Exception as err:  # noqa: BLE001 - the run's own error is already propagating
+        get_run_logger().warning("could not record run %s as failed in the registry: %s", recipe.run.name, err)
 
 
 @task(name="registry-stage", **QUICK)

@@ -23,7 +23,7 @@ from agentrl_core.tasksets import format_ranges, resolve_task_ids
 from agentrl_core.training.grpo import train_grpo
 from agentrl_core.training.sft import train_sft
 from tasks.gpu import stage_gpus
-from tasks.retry import retry_transient
+from tasks.retry import retry_transient, retry_unless_disk_full
 
 TRANSIENT = {"retries": 2, "retry_delay_seconds": [5, 20], "retry_condition_fn": retry_transient}
 
@@ -50,7 +50,7 @@ def _short(metrics: dict[str, float]) -> str:
     return ""
 
 
-@task(name="import-model", retries=1, retry_delay_seconds=5)
+@task(name="import-model", retries=1, retry_delay_seconds=5, retry_condition_fn=retry_unless_disk_full)
 def import_model(name: str) -> str:
     """Resolve the model (importing the embedded default into the cache once)."""
     return str(resolve_model(name))
@@ -95,7 +95,7 @@ def grpo_stage(cfg: RecipeConfig, init_model: str, env_url: str) -> dict:
     return asdict(result)
 
 
-@task(name="export-checkpoint", retries=1, retry_delay_seconds=2)
+@task(name="export-checkpoint", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_disk_full)
 def export_checkpoint(checkpoint: str, out_dir: str) -> str:
     """Convert a training checkpoint into a standalone Hugging Face folder."""
     return str(export_hf(Path(checkpoint), Path(out_dir)))

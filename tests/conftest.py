@@ -9,6 +9,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# A token exported in the developer's shell would make every server the tests start refuse their plain clients;
+# the tests that need one set it themselves (run_token()).
+os.environ.pop("AGENTRL_SERVER_TOKEN", None)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -1,7 +1,8 @@
 """RL algorithm pieces as pure torch functions, one signature per family, looked up by name.
 
 The trainer composes them and never branches on a name:
-    adv = get_advantage_estimator(cfg.advantage)(rewards, groups, mask, cfg)
+    adv = batch_advantage(cfg.advantage)(StepBatch(rewards, groups, mask, turns), cfg)
+          (a sequence estimator reads rewards, groups, mask; a step estimator, e.g. GiGPO, the turns too)
     pg, stats = get_policy_loss(cfg.policy_loss)(logp, old_logp, adv, mask, cfg)
     agg = get_aggregation(cfg.loss_agg_mode);  norm = LossNorm.for_batch(full_mask, cfg.loss_scale_tokens)
     loss = agg(pg, mask, norm) + cfg.kl_coef * agg(get_kl_estimator(cfg.kl_estimator)(logp, ref_logp), mask, norm)
@@ -23,6 +24,7 @@ from agentrl_core.algorithms.advantages import (
 )
 from agentrl_core.algorithms.aggregation import LossNorm
 from agentrl_core.algorithms.dynamic_sampling import dynamic_sampling_keep, groups_still_needed
+from agentrl_core.algorithms.gigpo import discounted_returns, gigpo_advantage, normalise_within, step_advantages
 from agentrl_core.algorithms.gspo import gspo_loss, sequence_log_ratio
 from agentrl_core.algorithms.kl import entropy_from_logits, kl_k1, kl_k2, kl_k3
 from agentrl_core.algorithms.opmd import group_logavgexp, opmd_advantage, opmd_baseline, opmd_loss
@@ -36,22 +38,28 @@ from agentrl_core.algorithms.registry import (
     KL_ESTIMATORS,
     POLICY_LOSSES,
     REGISTRIES,
+    STEP_ADVANTAGE_ESTIMATORS,
     AdvantageFn,
     AggregationFn,
     AlgorithmParams,
     KLFn,
     PolicyLossFn,
+    StepAdvantageFn,
     advantage_baseline,
+    advantage_names,
+    batch_advantage,
     get,
     get_advantage_estimator,
     get_aggregation,
     get_kl_estimator,
     get_policy_loss,
+    get_step_advantage_estimator,
     register,
     register_advantage_estimator,
     register_aggregation,
     register_kl_estimator,
     register_policy_loss,
+    register_step_advantage_estimator,
 )
 from agentrl_core.algorithms.reinforce_pp import (
     discounted_outcome_returns,
@@ -60,6 +68,7 @@ from agentrl_core.algorithms.reinforce_pp import (
     reinforce_pp_baseline_advantage,
 )
 from agentrl_core.algorithms.shaping import kl_penalized_rewards, overlong_penalty
+from agentrl_core.algorithms.step_batch import StepBatch, StepTurn
 from agentrl_core.algorithms.tis import apply_tis, tis_weights
 
 __all__ = [
@@ -69,6 +78,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "REGISTRIES",
+    "STEP_ADVANTAGE_ESTIMATORS",
     "AdvantageFn",
     "AggregationFn",
     "AlgorithmParams",
@@ -76,9 +86,15 @@ __all__ = [
     "KLFn",
     "LossNorm",
     "PolicyLossFn",
+    "StepAdvantageFn",
+    "StepBatch",
+    "StepTurn",
     "advantage_baseline",
+    "advantage_names",
     "apply_tis",
+    "batch_advantage",
     "discounted_outcome_returns",
+    "discounted_returns",
     "drgrpo_advantage",
     "dynamic_sampling_keep",
     "entropy_from_logits",
@@ -87,6 +103,8 @@ __all__ = [
     "get_aggregation",
     "get_kl_estimator",
     "get_policy_loss",
+    "get_step_advantage_estimator",
+    "gigpo_advantage",
     "group_logavgexp",
     "group_stats",
     "groups_still_needed",
@@ -97,6 +115,7 @@ __all__ = [
     "kl_k3",
     "kl_penalized_rewards",
     "masked_whiten",
+    "normalise_within",
     "opmd_advantage",
     "opmd_baseline",
     "opmd_loss",
@@ -112,10 +131,12 @@ __all__ = [
     "register_aggregation",
     "register_kl_estimator",
     "register_policy_loss",
+    "register_step_advantage_estimator",
     "reinforce_pp_advantage",
     "reinforce_pp_baseline_advantage",
     "rloo_advantage",
     "sequence_log_ratio",
+    "step_advantages",
     "tis_weights",
     "vanilla_pg_loss",
 ]

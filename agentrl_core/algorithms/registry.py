@@ -10,6 +10,7 @@ from agentrl_core.errors import ConfigError
 
 if TYPE_CHECKING:
     from agentrl_core.algorithms.loss_norm import LossNorm
+    from agentrl_core.algorithms.step_batch import StepBatch
 
 
 class AlgorithmParams(Protocol):
@@ -29,6 +30,8 @@ class AlgorithmParams(Protocol):
     clip_ratio_low: float
     clip_ratio_high: float
     clip_ratio_c: float
+    gigpo_gamma: float
+    gigpo_step_weight: float
 
 
 class AdvantageFn(Protocol):
@@ -37,6 +40,13 @@ class AdvantageFn(Protocol):
     def __call__(
         self, rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmParams
     ) -> torch.Tensor: ...
+
+
+class StepAdvantageFn(Protocol):
+    """`fn(batch: StepBatch, cfg) -> advantages[B,T]` (0 where batch.mask == 0): an estimator that
+    also reads each episode's turns (their tokens, rewards and observed states), e.g. GiGPO."""
+
+    def __call__(self, batch: StepBatch, cfg: AlgorithmParams) -> torch.Tensor: ...
 
 
 class PolicyLossFn(Protocol):
@@ -65,6 +75,9 @@ class AggregationFn(Protocol):
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+STEP_ADVANTAGE_ESTIMATORS: dict[str, StepAdvantageFn] = {}
+"""Estimators that need the turns (StepAdvantageFn); `algorithm.advantage` names one of these or of
+ADVANTAGE_ESTIMATORS (a name is taken once across both), and `batch_advantage` calls either."""
 Baseline = Literal["none", "group", "batch"]
 ADVANTAGE_BASELINES: dict[str, Baseline] = {}
 """What each estimator compares a sample with: "group" (the other samples of its task: a group of one
@@ -118,11 +131,29 @@ def register_advantage_estimator(name: str, *, baseline: Baseline = "none") -> C
     add = register("advantage", name)
 
     def add_with_baseline(fn: F) -> F:
+        if name in STEP_ADVANTAGE_ESTIMATORS:  # one name space for algorithm.advantage
+            owner = STEP_ADVANTAGE_ESTIMATORS[name].__module__
+            raise ValueError(f"advantage {name!r} is already registered (by {owner})")
         registered = add(fn)
         ADVANTAGE_BASELINES[name] = baseline
         return registered
 
     return add_with_baseline
+
+
+def register_step_advantage_estimator(name: str, *, baseline: Baseline = "none") -> Callable[[F], F]:
+    """Decorator: register a StepAdvantageFn (selected by `algorithm.advantage`, like the sequence
+    estimators, whose names it cannot take) and what its baseline needs (see ADVANTAGE_BASELINES)."""
+
+    def add(fn: F) -> F:
+        if name in ADVANTAGE_ESTIMATORS or name in STEP_ADVANTAGE_ESTIMATORS:
+            owner = ADVANTAGE_ESTIMATORS.get(name) or STEP_ADVANTAGE_ESTIMATORS[name]
+            raise ValueError(f"advantage {name!r} is already registered (by {owner.__module__})")
+        STEP_ADVANTAGE_ESTIMATORS[name] = fn
+        ADVANTAGE_BASELINES[name] = baseline
+        return fn
+
+    return add
 
 
 def register_policy_loss(name: str) -> Callable[[F], F]:
@@ -143,12 +174,47 @@ def register_aggregation(name: str) -> Callable[[F], F]:
 def advantage_baseline(name: str) -> Baseline:
     """The baseline kind of the estimator called `name` (ConfigError if unknown; "none" when it was
     added with the plain `register`, which declares nothing)."""
-    get("advantage", name)
+    _check_advantage_name(name)
     return ADVANTAGE_BASELINES.get(name, "none")
 
 
+def advantage_names() -> list[str]:
+    """Every name `algorithm.advantage` accepts: the sequence estimators and the step estimators."""
+    return sorted({*ADVANTAGE_ESTIMATORS, *STEP_ADVANTAGE_ESTIMATORS})
+
+
+def _check_advantage_name(name: str) -> None:
+    if name not in ADVANTAGE_ESTIMATORS and name not in STEP_ADVANTAGE_ESTIMATORS:
+        raise ConfigError(f"unknown advantage {name!r}; valid: {', '.join(advantage_names())}")
+
+
+def get_step_advantage_estimator(name: str) -> StepAdvantageFn:
+    """The step-level advantage estimator called `name` (ConfigError listing them if unknown)."""
+    if name not in STEP_ADVANTAGE_ESTIMATORS:
+        raise ConfigError(f"unknown step advantage {name!r}; valid: {', '.join(sorted(STEP_ADVANTAGE_ESTIMATORS))}")
+    return STEP_ADVANTAGE_ESTIMATORS[name]
+
+
+def batch_advantage(name: str) -> StepAdvantageFn:
+    """Any estimator called `name` as `fn(batch: StepBatch, cfg) -> [B,T]`, so the trainer calls one
+    signature: a step estimator as it is, a sequence estimator on (rewards, groups, mask) alone
+    (same results as calling it directly). ConfigError listing every valid name if unknown."""
+    _check_advantage_name(name)
+    if name in STEP_ADVANTAGE_ESTIMATORS:
+        return STEP_ADVANTAGE_ESTIMATORS[name]
+    fn = ADVANTAGE_ESTIMATORS[name]
+
+    def on_sequences(batch: StepBatch, cfg: AlgorithmParams) -> torch.Tensor:
+        return fn(batch.rewards, batch.groups, batch.mask, cfg)
+
+    return on_sequences
+
+
 def get_advantage_estimator(name: str) -> AdvantageFn:
-    """The advantage estimator called `name` (ConfigError if unknown)."""
+    """The sequence advantage estimator called `name` (ConfigError if unknown, or if it is a step estimator)."""
+    if name in STEP_ADVANTAGE_ESTIMATORS:
+        raise ConfigError(f"advantage {name!r} is a step estimator: it needs each episode's turns, so call it "
+                          "as batch_advantage(name)(StepBatch(rewards, groups, mask, turns), cfg)")
     return get("advantage", name)
 
 

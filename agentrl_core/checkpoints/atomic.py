@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from agentrl_core.diskfull import raising_disk_full
 from agentrl_core.fsync import fsync_dir, fsync_file
 
 logger = logging.getLogger(__name__)
@@ -95,21 +96,28 @@ def publish(tmp: Path, final: Path) -> None:
 def atomic_dir(final: Path, info: dict | None = None) -> Iterator[Path]:
     """Yield a fresh temporary sibling of `final`; on clean exit flush it, mark it, publish it.
 
-    On any exception the temporary folder is deleted and `final` is left as it was.
+    On any exception the temporary folder is deleted and `final` is left as it was; a full disk
+    (ENOSPC, EDQUOT, or torch.save's errno-less short write) becomes one DiskFullError naming `final`.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(final, "tmp")
     _ACTIVE.add(tmp)
     try:
-        tmp.mkdir()
-        yield tmp
-        fsync_tree(tmp)
-        write_marker(tmp, info or {})
-        publish(tmp, final)
+        # The partial folder goes before the error is built, so it reports the space the user really has.
+        with raising_disk_full(final, cleanup=lambda: _discard(tmp)):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
+            yield tmp
+            fsync_tree(tmp)
+            write_marker(tmp, info or {})
+            publish(tmp, final)
     finally:
         _ACTIVE.discard(tmp)
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        _discard(tmp)
+
+
+def _discard(tmp: Path) -> None:
+    if tmp.exists():
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def remove_dir(path: Path) -> None:

@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from agentrl_core.atomic_file import atomic_file
 from agentrl_core.checkpoints.atomic import MARKER as ATOMIC_MARKER
 from agentrl_core.checkpoints.storage_base import (
     UPLOAD_MARKER,
@@ -34,6 +35,7 @@ from agentrl_core.checkpoints.storage_base import (
     replace_dir,
     temp_sibling,
 )
+from agentrl_core.diskfull import raising_disk_full
 
 __all__ = ["UPLOAD_MARKER", "LocalStorage", "Storage", "StorageError", "normalize_key", "open_storage",
            "storage_from_config"]
@@ -85,11 +87,12 @@ class LocalStorage(Storage):
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_sibling(dest)
         try:
-            for rel, path in files.items():
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, tmp / rel)
-            (tmp / UPLOAD_MARKER).write_text(json.dumps(manifest_of(files)), encoding="utf-8")
-            replace_dir(tmp, dest)
+            with raising_disk_full(dest, cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True)):
+                for rel, path in files.items():
+                    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, tmp / rel)
+                (tmp / UPLOAD_MARKER).write_text(json.dumps(manifest_of(files)), encoding="utf-8")
+                replace_dir(tmp, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return str(dest)
@@ -107,12 +110,13 @@ class LocalStorage(Storage):
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_sibling(dest)
         try:
-            for rel in expected:
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src / rel, tmp / rel)
-            tmp.mkdir(parents=True, exist_ok=True)
-            check_download(tmp, expected, str(src))
-            replace_dir(tmp, dest)
+            with raising_disk_full(dest, cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True)):
+                for rel in expected:
+                    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src / rel, tmp / rel)
+                tmp.mkdir(parents=True, exist_ok=True)
+                check_download(tmp, expected, str(src))
+                replace_dir(tmp, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return dest
@@ -142,14 +146,8 @@ class LocalStorage(Storage):
 
 def _copy_file_atomic(src: Path, dest: Path) -> None:
     """Copy to a temporary sibling, then rename over `dest` (a reader sees the old or the new file)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_sibling(dest)
-    try:
+    with atomic_file(dest) as tmp:
         shutil.copy2(src, tmp)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def open_storage(

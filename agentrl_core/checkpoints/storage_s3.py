@@ -30,6 +30,7 @@ from agentrl_core.checkpoints.storage_base import (
     replace_dir,
     temp_sibling,
 )
+from agentrl_core.diskfull import raising_disk_full
 
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _MISSING = {"404", "NoSuchKey", "NotFound"}
@@ -162,7 +163,7 @@ class S3Storage(Storage):
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_sibling(dest)
         try:
-            with self._guard("download", key):
+            with raising_disk_full(dest, cleanup=lambda: tmp.unlink(missing_ok=True)), self._guard("download", key):
                 self._client.download_file(self.bucket, key, str(tmp))
             os.replace(tmp, dest)
         finally:
@@ -224,11 +225,12 @@ class S3Storage(Storage):
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_sibling(dest)
         try:
-            tmp.mkdir()
-            for rel in expected:
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                with self._guard("download", f"{base}/{rel}"):
-                    self._client.download_file(self.bucket, f"{base}/{rel}", str(tmp / rel))
+            with raising_disk_full(dest, cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True)):
+                tmp.mkdir()
+                for rel in expected:
+                    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                    with self._guard("download", f"{base}/{rel}"):
+                        self._client.download_file(self.bucket, f"{base}/{rel}", str(tmp / rel))
             check_download(tmp, expected, f"s3://{self.bucket}/{base}")
             replace_dir(tmp, dest)
         finally:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from agentrl_core import malloc_tuning
 from agentrl_core.config import RecipeConfig
 from agentrl_core.distributed.rollout_worker import actor_device
 from agentrl_core.distributed.weight_sync import cpu_state_dict
@@ -25,6 +26,7 @@ class TrainerWorker:
     """
 
     def __init__(self, cfg: RecipeConfig, init_model: str, stage_dir: str, device: str | None = None) -> None:
+        malloc_tuning.adopt()  # started with the tuned malloc (actor_options): keep it from any child process
         torch.manual_seed(cfg.trainer.seed)
         self.cfg = cfg
         self.session = open_session(Path(stage_dir), Path(init_model), cfg.trainer.optim, cfg.trainer.steps,
@@ -79,7 +81,8 @@ def _move(session: Any, ref_model: Any | None, device: str) -> None:
 
 
 def remote_trainer_worker(options: dict[str, Any]) -> Any:
-    """The actor class with Ray options (resources, scheduling strategy) applied."""
+    """The actor class with Ray options (resources, scheduling strategy) applied, and the tuned malloc of a
+    training process in its runtime env (agentrl_core.malloc_tuning; rollout workers keep glibc's default)."""
     import ray
 
-    return ray.remote(TrainerWorker).options(**options)
+    return ray.remote(TrainerWorker).options(**malloc_tuning.actor_options(options))

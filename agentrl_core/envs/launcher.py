@@ -118,7 +118,11 @@ def launch_server(
     log_level: str = "warning",
     workers: int | None = None,
 ) -> ServerProcess:
-    """Start `python -m agentrl_core.envs.server` as a subprocess and wait until it is healthy."""
+    """Start `python -m agentrl_core.envs.server` as a subprocess and wait until it is healthy.
+
+    The server inherits this process's AGENTRL_SERVER_TOKEN (and AGENTRL_ENV_SERVER_MAX_BODY_MB): inside
+    `run_token()`, as a run starts it, it answers only requests bearing that token (server_auth.py).
+    """
     workdir = tempfile.mkdtemp(prefix="agentrl-envserver-")
     port_file = Path(workdir) / "port"
     cmd = [

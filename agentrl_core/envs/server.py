@@ -35,7 +35,6 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentrl_core.envs import agentgym, registry
-from agentrl_core.envs.body_limit import MAX_BODY_BYTES, BodySizeLimit
 from agentrl_core.envs.errors import EnvError, InvalidRequestError, ServerStartError, UnknownEnvError
 from agentrl_core.envs.extras import require_extra
 from agentrl_core.envs.pool import WorkerPool
@@ -62,11 +61,13 @@ from agentrl_core.envs.wire import (
     TaskIdsResponse,
 )
 from agentrl_core.envs.worker import EnvSpec
+from agentrl_core.http_limits import MIB, BodyLimit, BodySizeLimit
 from agentrl_core.server_auth import (
+    RUN_TOKEN,
     TOKEN_ENV,
     UnauthenticatedBindError,
+    auth_banner,
     check_bind,
-    is_loopback,
     protect,
     server_token,
 )
@@ -76,6 +77,10 @@ log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TTL_S", "create_app", "main", "serve"]
 
 KEEP_ALIVE_S = 120
+MAX_BODY_BYTES = 8 * MIB
+"""Largest request body the env server reads by default: an action is a model's reply (at most a few hundred kB)."""
+MAX_BODY_ENV = "AGENTRL_ENV_SERVER_MAX_BODY_MB"
+"""Raises the env server's body limit (MiB) where no --max-body-mb is given (e.g. for the servers a run starts)."""
 _RESERVED = frozenset({"envs", "sessions", "health", "metrics", "docs", "redoc", "openapi.json"})
 
 
@@ -106,11 +111,12 @@ def create_app(
     env_kwargs: dict[str, dict[str, Any]] | None = None,
     clock: Callable[[], float] = time.monotonic,
     workers: int | None = None,
+    body_limit: BodyLimit | None = None,
 ) -> FastAPI:
     """The app serving `env_names` (default: every registered env whose extras are installed).
 
     Sessions run in worker processes started when the app starts (its lifespan), so use the app
-    through uvicorn or `with TestClient(app)`.
+    through uvicorn or `with TestClient(app)`. `body_limit` defaults to MAX_BODY_BYTES (or $MAX_BODY_ENV).
     """
     hosts = _hosts(env_names, max_sessions, env_kwargs or {})
     pool = WorkerPool(workers)
@@ -129,7 +135,9 @@ def create_app(
             await pool.stop()
 
     app = FastAPI(title="agentrl environment server", lifespan=lifespan)
-    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)  # a huge POST is a 413, not gigabytes of memory
+    limit = body_limit or BodyLimit.resolve(MAX_BODY_BYTES, MAX_BODY_ENV)
+    app.add_middleware(BodySizeLimit, limit=limit,  # a huge POST is a 413, not gigabytes of memory
+                       error_body=lambda m: ErrorResponse(error="RequestTooLargeError", detail=m).model_dump())
     app.state.store = store
     app.state.pool = pool
     _install_error_handlers(app)
@@ -321,6 +329,9 @@ def add_server_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it dies
     p.add_argument("--allow-unauthenticated", action="store_true",
                    help=f"serve beyond loopback without a bearer token (default: refused unless {TOKEN_ENV} is set)")
+    p.add_argument("--max-body-mb", type=float, default=None,
+                   help="largest request body in MiB, larger ones get HTTP 413 (default: the server's own limit, or "
+                        "its AGENTRL_..._MAX_BODY_MB environment variable)")
     return p
 
 
@@ -361,16 +372,20 @@ def serve(
     port_file: str | None = None,
     workers: int | None = None,
     allow_unauthenticated: bool = False,
+    max_body_mb: float | None = None,
 ) -> None:
     """Serve in the foreground until SIGINT/SIGTERM (sessions are closed on the way out).
 
     Binds 127.0.0.1 by default; port 0 or None picks a free one (announced on stderr, and
-    written to `port_file` if given). Beyond loopback it needs AGENTRL_SERVER_TOKEN (server_auth.py)
-    unless `allow_unauthenticated`. Raises UnknownEnvError / ServerStartError /
-    UnauthenticatedBindError before serving.
+    written to `port_file` if given). With AGENTRL_SERVER_TOKEN set every route but /health needs
+    it; without, it is open on loopback and refused beyond unless `allow_unauthenticated`
+    (server_auth.py). Bodies over `max_body_mb` (default 8 MiB, or $AGENTRL_ENV_SERVER_MAX_BODY_MB)
+    get 413. Raises UnknownEnvError / ServerStartError / UnauthenticatedBindError / ValueError before serving.
     """
     check_bind(host, server_token(), allow_unauthenticated=allow_unauthenticated, what="env server")
-    app = create_app(env_names, max_sessions, session_ttl_s=session_ttl_s, env_kwargs=env_kwargs, workers=workers)
+    limit = BodyLimit.resolve(MAX_BODY_BYTES, MAX_BODY_ENV, max_body_mb)
+    app = create_app(env_names, max_sessions, session_ttl_s=session_ttl_s, env_kwargs=env_kwargs, workers=workers,
+                     body_limit=limit)
     run_app(app, host, port, log_level=log_level, port_file=port_file, banner="agentrl env server on http://{}",
             allow_unauthenticated=allow_unauthenticated)
 
@@ -380,15 +395,16 @@ def _error_body(message: str) -> dict[str, str]:
 
 
 def run_app(app: Any, host: str, port: int | None, *, log_level: str, port_file: str | None, banner: str,
-            token: str | None = None, allow_unauthenticated: bool = False,
-            error_body: Callable[[str], dict[str, Any]] = _error_body) -> None:
+            tokens: Sequence[str] | None = None, allow_unauthenticated: bool = False,
+            error_body: Callable[[str], dict[str, Any]] = _error_body, accepted: str = RUN_TOKEN) -> None:
     """Bind (host, port or a free one), publish the port, announce `banner` (formatted with host:port)
-    on stderr, and serve `app` with uvicorn until SIGINT/SIGTERM. Requests are checked for the bearer
-    token (`token`, default AGENTRL_SERVER_TOKEN; see server_auth.py), `error_body` shapes a 401."""
+    and how clients authenticate on stderr, and serve `app` with uvicorn until SIGINT/SIGTERM. With
+    `tokens` (default: AGENTRL_SERVER_TOKEN when set) every route but /health requires one of them
+    (server_auth.py); `error_body` shapes the 401, `accepted` says in it which token to send."""
     import uvicorn
 
-    protect(app, host, token=token, allow_unauthenticated=allow_unauthenticated, error_body=error_body,
-            what=banner.split(" on ")[0])
+    required = protect(app, host, tokens=tokens, allow_unauthenticated=allow_unauthenticated, error_body=error_body,
+                       what=banner.split(" on ")[0], accepted=accepted)
     sock = bind_socket(host, port or 0)
     bound = sock.getsockname()[1]
     if port_file:
@@ -396,22 +412,12 @@ def run_app(app: Any, host: str, port: int | None, *, log_level: str, port_file:
         tmp.write_text(str(bound))
         tmp.replace(port_file)  # atomic: the launcher never reads half a number
     print(banner.format(f"{host}:{bound}"), file=sys.stderr, flush=True)
-    print(auth_banner(host, token or server_token()), file=sys.stderr, flush=True)
+    print(auth_banner(host, required, accepted), file=sys.stderr, flush=True)
     # keep-alive longer than a slow LLM turn, so clients' pooled connections are not closed under them
     config = uvicorn.Config(
         app, host=host, port=bound, log_level=log_level, access_log=False, timeout_keep_alive=KEEP_ALIVE_S
     )
     uvicorn.Server(config).run(sockets=[sock])
-
-
-def auth_banner(host: str, token: str | None) -> str:
-    """How clients authenticate (said at start, never showing the token)."""
-    if token is None:
-        return "  no bearer token: loopback clients only" if is_loopback(host) else \
-            "  WARNING: no bearer token: anyone who can reach this address may use it (--allow-unauthenticated)"
-    return (f"  bearer token required{' beyond loopback' if is_loopback(host) else ''}: clients send "
-            f"'Authorization: Bearer <token>' with the value of {TOKEN_ENV} (agentrl clients do this when {TOKEN_ENV} "
-            "is set to the same value in their environment)")
 
 
 def exit_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
@@ -438,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             [n.strip() for n in args.envs.split(",") if n.strip()] or None, args.host, args.port,
             max_sessions=args.max_sessions, session_ttl_s=args.session_ttl,
             env_kwargs=json.loads(args.env_kwargs), log_level=args.log_level, port_file=args.port_file,
-            workers=args.workers, allow_unauthenticated=args.allow_unauthenticated,
+            workers=args.workers, allow_unauthenticated=args.allow_unauthenticated, max_body_mb=args.max_body_mb,
         )
     except (EnvError, ValueError, UnauthenticatedBindError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

@@ -50,9 +50,14 @@ class StepStats:
         self.steps_by_env[env_name] = self.steps_by_env.get(env_name, 0) + 1
 
     def steps_per_s(self) -> float:
-        cutoff = self.clock() - self.rate_window_s
-        recent = sum(1 for t in self.finished if t >= cutoff)
-        return recent / self.rate_window_s
+        """Steps finished in the last `rate_window_s` seconds, per second. When more steps finished in that
+        window than the kept `window` of finish times holds, the rate is taken over the span the kept ones
+        cover (count / (now − oldest kept)): dividing by the whole window would cap it at window / rate_window_s."""
+        now = self.clock()
+        recent = [t for t in self.finished if t >= now - self.rate_window_s]
+        if recent and len(recent) == self.finished.maxlen:
+            return len(recent) / max(now - recent[0], 1e-9)
+        return len(recent) / self.rate_window_s
 
     def latency_ms(self, qs: Iterable[float] = (0.5, 0.9, 0.99)) -> dict[str, float]:
         values = sorted(self.latencies)

@@ -217,7 +217,9 @@ def _openai_url(grid: EvalGrid, checkpoint_uri: str, path: Path) -> Iterator[tup
 
     with launch_openai_server(path, served_model_name=checkpoint_uri, dtype=grid.dtype,
                               max_batch=grid.engine.max_batch or 32, threads=grid.server_threads) as server:
-        yield server.url, None
+        from agentrl_core.server_auth import server_token
+
+        yield server.url, server_token()  # the server requires the run's token, when there is one
 
 
 def run_eval_job(job: EvalJob, env_url: str, grid: EvalGrid, *, engine: Engine | None = None,

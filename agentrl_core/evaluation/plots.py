@@ -14,6 +14,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
+from agentrl_core.atomic_file import atomic_file
+
 __all__ = ["draw_lines", "eval_series", "plot_metrics", "plot_registry", "plot_series", "training_series"]
 
 Series = Mapping[str, Sequence[tuple[float, float]]]
@@ -39,9 +41,11 @@ def plot_series(series: Series, out: Path, *, title: str, xlabel: str = "step", 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     draw_lines(ax, series, title=title, xlabel=xlabel, ylabel=ylabel)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_file(out) as tmp:  # a full disk leaves the previous PNG, not half of a new one
+            fig.savefig(tmp, dpi=100, format="png")
+    finally:
+        plt.close(fig)
     return out
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrl_core.atomic_file import atomic_file, write_text_atomic
 from agentrl_core.evaluation.plots import draw_lines, plt
 from agentrl_core.evaluation.stats import Comparison, compare, format_rate
 from agentrl_core.training.metrics import read_metrics
@@ -81,9 +82,11 @@ def plot_curves(stage_dirs: Mapping[str, Path], rows: list[dict[str, Any]], out:
     _plot_steps(axes[1], series.get("sft", []), ("loss",), "SFT loss")
     _plot_success(axes[2], rows)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
+    try:
+        with atomic_file(out) as tmp:  # a full disk leaves the previous PNG, not half of a new one
+            fig.savefig(tmp, dpi=90, format="png")
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -157,8 +160,8 @@ def write_report(run_dir: Path, evals: Mapping[str, Mapping[str, Any]], stage_di
         lines += ["", "## GRPO training", "", *(f"- {t}" for t in trends)]
     for key, value in (extra or {}).items():
         lines.append(f"- **{key}**: {value}")
-    (out / "summary.md").write_text("\n".join(lines) + "\n")
-    (out / "eval.json").write_text(json.dumps({"rows": rows, "evals": evals,
-                                               "comparisons": [c.to_dict() for c in comparisons(evals)]},
-                                              indent=2, default=str))
+    write_text_atomic(out / "summary.md", "\n".join(lines) + "\n")
+    write_text_atomic(out / "eval.json", json.dumps({"rows": rows, "evals": evals,
+                                                     "comparisons": [c.to_dict() for c in comparisons(evals)]},
+                                                    indent=2, default=str))
     return Report(out / "summary.md", plot, rows)

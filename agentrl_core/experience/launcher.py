@@ -17,6 +17,7 @@ from agentrl_core.experience.errors import ExperienceStartError
 from agentrl_core.experience.service import DB_ENV
 from agentrl_core.lifetime import CHILD_SESSION
 from agentrl_core.secrets import reveal
+from agentrl_core.server_auth import run_token
 
 
 def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | None = None, *,
@@ -24,7 +25,9 @@ def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | Non
     """Start `python -m agentrl_core.experience.service` and wait until /health answers.
 
     Port None or 0 picks a free one. The process stops with `.stop()`, when the handle is
-    garbage-collected, or by itself when this (parent) process dies.
+    garbage-collected, or by itself when this (parent) process dies. It inherits this process's
+    AGENTRL_SERVER_TOKEN: inside `run_token()` (as a run starts it) it answers only requests bearing
+    that token (server_auth.py).
     """
     workdir = tempfile.mkdtemp(prefix="agentrl-experience-")
     port_file = Path(workdir) / "port"
@@ -51,11 +54,12 @@ def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | Non
 def experience_for(cfg: RecipeConfig, db_dir: Path) -> Iterator[RecipeConfig]:
     """`cfg` with experience.url set: as configured, or a pool started here (SQLite in `db_dir`, or
     experience.db_url) and stopped after; `cfg` unchanged when the pool is off. Flows start the
-    pool themselves (visible as tasks); this covers library callers of train_grpo."""
+    pool themselves (visible as tasks); this covers library callers of train_grpo. A pool started
+    here holds the run's token (`run_token`), which the run's clients and Ray workers send."""
     if not cfg.experience.enabled or cfg.experience.url:
         yield cfg
         return
     db_dir.mkdir(parents=True, exist_ok=True)
     db_url = reveal(cfg.experience.db_url, "experience.db_url") or f"sqlite:///{(db_dir / 'experience.db').resolve()}"
-    with launch_experience_pool(db_url) as pool:
+    with run_token(), launch_experience_pool(db_url) as pool:
         yield cfg.model_copy(update={"experience": cfg.experience.model_copy(update={"url": pool.url})})

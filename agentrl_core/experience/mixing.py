@@ -142,6 +142,7 @@ def strip_context(traj: Trajectory, chat: Any) -> bool:
     traj.token_ids = prompt + traj.token_ids[rest:]
     traj.loss_mask = [0] * len(prompt) + traj.loss_mask[rest:]
     traj.logprobs = [0.0] * len(prompt) + traj.logprobs[rest:]
+    traj.shift_spans(len(prompt) - rest)
     traj.prompt_len = len(prompt)
     traj.messages = messages
     traj.extra["context_stripped"] = True

@@ -4,8 +4,8 @@ Routes: POST /summarise (trajectories -> rule-based experiences stored; counts b
 /experiences (already summarised experiences, e.g. by a model), POST /retrieve (query text, env,
 k -> experiences with cosine similarity), GET /stats, GET /health. Failures are real HTTP codes
 with an ErrorResponse body: 422 for a malformed request, 400 for a well-formed one that cannot be
-served (e.g. a trajectory without a user message), 500 otherwise. The embedding model is loaded
-on the first request that needs it.
+served (e.g. a trajectory without a user message), 413 for a body over the limit (MAX_BODY_BYTES),
+500 otherwise. The embedding model is loaded on the first request that needs it.
 
 Run: `python -m agentrl_core.experience.service --host 127.0.0.1 --port 8001 --db sqlite:///experience.db`.
 """
@@ -37,11 +37,17 @@ from agentrl_core.experience.wire import (
     SummariseRequest,
     SummariseResponse,
 )
+from agentrl_core.http_limits import MIB, BodyLimit, BodySizeLimit
 
 log = logging.getLogger(__name__)
 
 DB_ENV = "AGENTRL_EXPERIENCE_DB"
 """The store's URL when launched (launcher.py): the environment keeps a password off the command line."""
+MAX_BODY_BYTES = 16 * MIB
+"""Largest request body by default: 4x the most ExperienceClient puts in one request (client.MAX_REQUEST_BYTES),
+which splits a step's trajectories into requests of at most that size."""
+MAX_BODY_ENV = "AGENTRL_EXPERIENCE_MAX_BODY_MB"
+"""Raises the pool's body limit (MiB) where no --max-body-mb is given (e.g. for a pool a run starts)."""
 
 
 class _Counters:
@@ -50,8 +56,9 @@ class _Counters:
         self.retrievals = 0
 
 
-def create_app(db_url: str, embed: Embed | None = None) -> FastAPI:
-    """The app over a store at `db_url`; `embed` defaults to the MiniLM embedder (loaded lazily)."""
+def create_app(db_url: str, embed: Embed | None = None, *, body_limit: BodyLimit | None = None) -> FastAPI:
+    """The app over a store at `db_url`; `embed` defaults to the MiniLM embedder (loaded lazily);
+    `body_limit` to MAX_BODY_BYTES (or $AGENTRL_EXPERIENCE_MAX_BODY_MB)."""
     if embed is None:
         from agentrl_core.experience.embed import MiniLMEmbedder
 
@@ -59,6 +66,8 @@ def create_app(db_url: str, embed: Embed | None = None) -> FastAPI:
     store = ExperienceStore(db_url, embed)
     counters = _Counters()
     app = FastAPI(title="agentrl experience pool")
+    app.add_middleware(BodySizeLimit, limit=body_limit or BodyLimit.resolve(MAX_BODY_BYTES, MAX_BODY_ENV),
+                       error_body=lambda m: ErrorResponse(error="RequestTooLarge", detail=m).model_dump())
     _install_error_handlers(app)
     _routes(app, store, counters, embed)
     app.state.store = store
@@ -132,7 +141,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return _error(exc.status_code, "NotFound" if exc.status_code == 404 else "HTTPError", str(exc.detail))
+        error = {404: "NotFound", 413: "RequestTooLarge"}.get(exc.status_code, "HTTPError")
+        return _error(exc.status_code, error, str(exc.detail))
 
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected experience pool error")
@@ -166,11 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_server_process(args)
     try:
         check_bind(args.host, server_token(), allow_unauthenticated=args.allow_unauthenticated, what="experience pool")
-        app: Any = create_app(args.db)
+        app: Any = create_app(args.db, body_limit=BodyLimit.resolve(MAX_BODY_BYTES, MAX_BODY_ENV, args.max_body_mb))
         run_app(app, args.host, args.port, log_level=args.log_level, port_file=args.port_file,
                 banner=f"agentrl experience pool ({safe_url(args.db)}) on http://{{}}",
                 allow_unauthenticated=args.allow_unauthenticated)
-    except (ArgumentError, OperationalError, ServerStartError, UnauthenticatedBindError) as exc:
+    except (ArgumentError, OperationalError, ServerStartError, UnauthenticatedBindError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     return 0

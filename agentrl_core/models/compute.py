@@ -5,14 +5,14 @@ architecture): first by what the hardware supports — on a CPU, whether oneDNN 
 (avx512 / avx512_bf16 / AMX); without them bf16 autocast runs emulated, measured 8x slower than fp32
 here, so it is not even tried — then, where bf16 is possible, by a short measurement of the actual
 model: a few forward+backward passes at each candidate. bf16 wins only when it is at least MARGIN
-times faster (fp32 is exact; a tie is noise). The choice is cached in `$AGENTRL_HOME/machine/`.
+times faster (fp32 is exact; a tie is noise). The choice is cached in `$AGENTRL_HOME/machine/compute.json`
+(agentrl_core.machine_cache: one process measures, concurrent ones wait and read its answer).
 On CUDA, bf16 wherever the GPU supports it. `model.cpu_threads: auto` is the CPUs this process may
 use (affinity and cgroup quota), not torch's default of every physical core of the host.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from agentrl_core.hardware import cpu_info, usable_cores
-from agentrl_core.models.store import agentrl_home
+from agentrl_core.machine_cache import cache_key as machine_key
+from agentrl_core.machine_cache import cache_path, cached_decision, machine_facts
 
 if TYPE_CHECKING:
     from agentrl_core.config import RecipeConfig
@@ -153,39 +154,22 @@ def _architecture(model_path: Path) -> dict[str, object]:
     return {k: config.get(k) for k in keys}
 
 
+CACHE_NAME = "compute"
+"""The machine cache (agentrl_core.machine_cache) holding the compute-dtype choices."""
+
+
 def cache_file() -> Path:
     """The per-machine cache of compute choices."""
-    return agentrl_home() / "machine" / "compute.json"
+    return cache_path(CACHE_NAME)
 
 
 def cache_key(model_path: Path, device: str) -> str:
     """Hash of CPU model and flags, torch version and kernel level, device and model architecture."""
     import torch
 
-    cpu = cpu_info()
-    facts = {"cpu": [cpu.model, list(cpu.flags), cpu.torch_capability, cpu.onednn_bf16], "torch": torch.__version__,
-             "device": torch.cuda.get_device_name() if device == "cuda" else device,
+    facts = {**machine_facts(cpu_info()), "device": torch.cuda.get_device_name() if device == "cuda" else device,
              "model": _architecture(model_path)}
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _read_cache(path: Path) -> dict[str, dict]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write_cache(path: Path, key: str, choice: ComputeChoice) -> None:
-    """Add one entry; written to a temporary name and renamed, so readers never see half a file."""
-    data = _read_cache(path)
-    data[key] = {"dtype": choice.dtype, "reason": choice.reason, "seconds": choice.seconds,
-                 "cpu": cpu_info().describe(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    return machine_key(facts)
 
 
 def default_device() -> str:
@@ -204,18 +188,21 @@ def choose_compute_dtype(model_path: str | os.PathLike[str], *, device: str | No
         return ComputeChoice("float32", f"{support}; not tried")
     if device == "cuda":
         return ComputeChoice("bfloat16", support)
-    key, cache = cache_key(path, device), cache_file()
-    if (hit := _read_cache(cache).get(key)) and hit.get("dtype") in ("float32", "bfloat16"):
-        return ComputeChoice(hit["dtype"], hit.get("reason", ""), dict(hit.get("seconds", {})), cached=True)
+    entry, cached = cached_decision(CACHE_NAME, cache_key(path, device), lambda: _measured(path, support, measure),
+                                    valid=lambda e: e.get("dtype") in ("float32", "bfloat16"),
+                                    keep=lambda e: len(e["seconds"]) == 2)  # an unfinished probe: measure next time
+    return ComputeChoice(entry["dtype"], entry.get("reason", ""), dict(entry.get("seconds", {})), cached=cached)
+
+
+def _measured(path: Path, support: str, measure: Measure | None) -> dict[str, object]:
+    """The cache entry of a probe run now: dtype, reason, seconds per candidate, the CPU line."""
     try:
         seconds = (measure or measure_passes)(path, ["float32", "bfloat16"])
     except Exception as exc:  # noqa: BLE001 - a probe that cannot run must not stop the run: fp32 works everywhere
         log.warning("the compute-dtype probe failed (%s: %s); using float32", type(exc).__name__, exc)
         seconds = {}
     choice = decide(seconds, support)
-    if choice.speedup is not None:  # an unfinished probe is not cached: the next run measures again
-        _write_cache(cache, key, choice)
-    return choice
+    return {"dtype": choice.dtype, "reason": choice.reason, "seconds": choice.seconds, "cpu": cpu_info().describe()}
 
 
 def resolve_threads(setting: int | str) -> int:

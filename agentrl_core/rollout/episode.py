@@ -10,7 +10,7 @@ from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.errors import AgentRLError
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.engine import Generation
-from agentrl_core.rollout.trajectory import Trajectory
+from agentrl_core.rollout.trajectory import Trajectory, observation_key
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ class Episode:
 
     traj: Trajectory
     env: Env | None
+    obs_key: str = ""
+    """observation_key of the environment's latest observation: the state the next action is taken in."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: Episode
         env = env_factory()
         traj.env = env.name
         obs, _info = env.reset(task_id=spec.task_id, seed=spec.seed)
+        # the state is the environment's: samples with and without experience context share it
+        state = observation_key(obs)
         if spec.context:  # recorded so the block can be found (and stripped) later
             obs, traj.extra["context"] = f"{obs}\n\n{spec.context}", spec.context
         traj.messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
@@ -61,7 +65,7 @@ def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: Episode
         traj.error = f"reset failed: {type(err).__name__}: {err}"
         close_quietly(env)
         return Episode(traj, None)
-    return Episode(traj, env)
+    return Episode(traj, env, state)
 
 
 def advance(chat: ChatFormat, ep: Episode, gen: Generation | Exception, limits: LoopLimits, turn: int) -> None:
@@ -70,7 +74,9 @@ def advance(chat: ChatFormat, ep: Episode, gen: Generation | Exception, limits: 
     if isinstance(gen, Exception):
         traj.error = f"engine failed: {type(gen).__name__}: {gen}"
         return finish_episode(ep)
+    start = len(traj.token_ids)
     traj.append(gen.token_ids, trainable=True, logprobs=gen.logprobs)
+    traj.record_turn(start, ep.obs_key)
     if gen.finish_reason != "stop":  # close the turn so the template stays well-formed
         traj.append([chat.eos_id], trainable=False)
     reply = chat.decode_reply(gen.token_ids)
@@ -102,6 +108,7 @@ def _append_observation(chat: ChatFormat, ep: Episode, observation: str, limits:
         return finish_episode(ep)
     ep.traj.append(ids, trainable=False)
     ep.traj.messages.append({"role": "user", "content": observation})
+    ep.obs_key = observation_key(observation)
 
 
 def finish_episode(ep: Episode) -> None:

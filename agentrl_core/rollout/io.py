@@ -3,28 +3,29 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agentrl_core.atomic_file import atomic_file
 from agentrl_core.rollout.trajectory import Trajectory
 
 
 def write_trajectories(path: Path, trajectories: Sequence[Trajectory], **columns: object) -> Path:
-    """Write trajectories as parquet (atomically: temp file, then rename); extra columns are constants."""
+    """Write trajectories as parquet (atomically: temp file, then rename); extra columns are constants.
+
+    A full disk raises DiskFullError naming `path` and leaves neither a partial file nor its temp file."""
     rows = []
     for t in trajectories:
         row = t.to_row()
         row["extra"] = json.dumps(row["extra"])
         row.update(columns)
         rows.append(row)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
-    os.replace(tmp, path)
+    table = pa.Table.from_pylist(rows)
+    with atomic_file(path) as tmp:  # a failed write (a full disk: DiskFullError) leaves no partial file
+        pq.write_table(table, tmp)
     return path
 
 

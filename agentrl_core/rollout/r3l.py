@@ -43,7 +43,7 @@ from agentrl_core.rollout.episode import (
     finish_episode,
 )
 from agentrl_core.rollout.engine import Engine, Generation
-from agentrl_core.rollout.trajectory import Trajectory
+from agentrl_core.rollout.trajectory import Trajectory, observation_key
 
 log = logging.getLogger(__name__)
 
@@ -249,8 +249,10 @@ def _open_retry(chat: ChatFormat, env_factory: Callable[[], Env], attempt: Traje
         info["retry"] = "skipped_replay"
         close_quietly(env)
         return None
-    return _Retry(attempt, reflection, Episode(_live_trajectory(attempt, sample, pivot, prefix, rewards, reflection),
-                                                env), starts[pivot], len(prefix))
+    # the pivot's state is the observation without the guidance (the environment's, shared with the attempt)
+    state = observation_key(attempt.messages[1 + 2 * pivot]["content"])
+    live = _live_trajectory(attempt, sample, pivot, prefix, rewards, reflection)
+    return _Retry(attempt, reflection, Episode(live, env, state), starts[pivot], len(prefix))
 
 
 def _live_trajectory(attempt: Trajectory, sample: int, pivot: int, prefix: list[int], rewards: list[float],
@@ -297,6 +299,11 @@ def stored_retry(r: _Retry) -> Trajectory:
     out.token_ids += live.token_ids[tail]
     out.loss_mask += live.loss_mask[tail]
     out.logprobs += live.logprobs[tail]
+    # turns before the pivot are the attempt's (masked out); the live ones move with the guidance's removal
+    out.action_spans = [list(span) for span in attempt.action_spans[:pivot]]
+    out.observation_keys = attempt.observation_keys[:pivot] + live.observation_keys
+    shift = r.stored_prefix - r.guided_prefix
+    out.action_spans += [[start + shift, end + shift] for start, end in live.action_spans]
     out.extra["r3l"] = {"role": "retry", "pivot": pivot, "parent_sample": attempt.sample,
                         "logprobs_context": "guided", "guidance": r.reflection.guidance,
                         "analysis": r.reflection.analysis}

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+def observation_key(text: str) -> str:
+    """A short key of an observation's exact text (16 hex digits of BLAKE2b): equal texts, equal keys.
+
+    Steps are matched on it (GiGPO's anchor states), so it must be exact, never normalised; a hash
+    keeps the parquet files small and leaves the text itself to `messages`.
+    """
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
 
 
 @dataclass
@@ -17,6 +27,12 @@ class Trajectory:
     the sequence. `turn_rewards` holds the environment's reward per step; `reward` is the final
     scalar the advantage estimator sees. `error` is set (and `reward` is meaningless) when the
     environment or engine failed: such a trajectory is excluded from training, not scored 0.
+
+    Per model turn k (both lists grow with `record_turn`): `action_spans[k] = [start, end)`, the
+    positions in `token_ids` of the tokens the model generated in turn k, and `observation_keys[k]`,
+    the `observation_key` of the environment observation that action was taken in (the reset's
+    observation for turn 0, without any appended experience context; the previous step's after).
+    Step-level estimators (GiGPO) read them; files written before they existed read back empty.
     """
 
     task_id: int
@@ -36,6 +52,8 @@ class Trajectory:
     error: str | None = None
     messages: list[dict[str, str]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    action_spans: list[list[int]] = field(default_factory=list)
+    observation_keys: list[str] = field(default_factory=list)
 
     def append(self, ids: list[int], *, trainable: bool, logprobs: list[float] | None = None) -> None:
         """Append tokens; model tokens carry their engine log-probs, others get 0.0."""
@@ -47,6 +65,17 @@ class Trajectory:
             self.logprobs.extend(float(x) for x in logprobs)
         else:
             self.logprobs.extend([0.0] * len(ids))
+
+    def record_turn(self, start: int, observation_key: str) -> None:
+        """Record that the tokens from `start` to the current end are turn k's action, taken in the
+        observation keyed `observation_key` (call it right after appending the action's tokens)."""
+        self.action_spans.append([start, len(self.token_ids)])
+        self.observation_keys.append(observation_key)
+
+    def shift_spans(self, delta: int) -> None:
+        """Move every action span by `delta` positions (the prompt before them was replaced by one
+        `delta` tokens longer)."""
+        self.action_spans = [[start + delta, end + delta] for start, end in self.action_spans]
 
     @property
     def response_tokens(self) -> int:

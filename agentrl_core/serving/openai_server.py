@@ -10,8 +10,13 @@ Log-probs are the chosen tokens' log softmax(z / T) as HFEngine computes them (T
 reply is cut at the first match (the text excludes it; `token_ids` keep the token that completed
 it). Generation runs on ONE worker thread, so the model never runs two requests at once and the
 event loop keeps answering. Errors are real status codes with OpenAI's body
-`{"error": {"message", "type", "param", "code"}}`. An API key (`--api-key` or the
-AGENTRL_OPENAI_API_KEY environment variable) makes /v1/* require `Authorization: Bearer <key>`.
+`{"error": {"message", "type", "param", "code"}}`.
+
+Access (server_auth.py): with an API key (the AGENTRL_OPENAI_API_KEY environment variable, or
+`--api-key`) or a server token (AGENTRL_SERVER_TOKEN, as a run starts it), every route but /health
+requires `Authorization: Bearer <key or token>`, either one accepted; with neither it is open on
+loopback. Request bodies are capped (http_limits.py) at what PROMPTS_PER_REQUEST prompts filling
+the model's context take, 413 beyond.
 
 Run: `python -m agentrl_core.serving.openai_server --model smollm2-135m-instruct --port 8000`.
 """
@@ -20,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import logging
 import os
 import secrets
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -42,7 +46,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentrl_core.config import SamplingConfig
 from agentrl_core.errors import AgentRLError
+from agentrl_core.http_limits import MIB, BodyLimit, BodySizeLimit
 from agentrl_core.rollout.engine import Engine, Generation
+from agentrl_core.server_auth import RUN_TOKEN, BearerAuth
 
 if TYPE_CHECKING:
     from agentrl_core.envs.launcher import ServerProcess
@@ -56,6 +62,17 @@ API_KEY_ENV = "AGENTRL_OPENAI_API_KEY"
 """Environment variable holding the API key (preferred over --api-key: argv is visible in `ps`)."""
 MAX_N = 16
 """Most samples per prompt (`n`)."""
+PROMPTS_PER_REQUEST = 64
+"""Full-context prompts the body limit leaves room for in one request: twice OpenAIEngine's default batch (32)."""
+BYTES_PER_TOKEN = 16
+"""JSON bytes a prompt token may take: a token id is at most 7 ("151643,"), a token of text rarely 16 even escaped."""
+MAX_BODY_ENV = "AGENTRL_OPENAI_MAX_BODY_MB"
+"""Raises the body limit (MiB) where no --max-body-mb is given (e.g. for a server an evaluation starts)."""
+
+
+def default_body_bytes(max_context: int) -> int:
+    """The largest legitimate request: PROMPTS_PER_REQUEST prompts filling the context, plus 1 MiB of options."""
+    return max_context * BYTES_PER_TOKEN * PROMPTS_PER_REQUEST + MIB
 
 
 class OpenAIAPIError(AgentRLError):
@@ -285,20 +302,6 @@ def _routes(backend: Backend) -> APIRouter:
     return router
 
 
-def _auth(api_key: str | None):  # type: ignore[no-untyped-def]
-    """A dependency that checks `Authorization: Bearer <key>` in constant time (none when no key)."""
-
-    async def check(request: Request) -> None:
-        if api_key is None:
-            return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), api_key.encode()):
-            raise OpenAIAPIError(401, "invalid or missing API key; send the header 'Authorization: Bearer <key>'",
-                                 code="invalid_api_key")
-
-    return check
-
-
 # -- errors --------------------------------------------------------------------------------------
 def _error(status: int, message: str, type: str, code: str | None = None, param: str | None = None) -> JSONResponse:
     body = {"error": {"message": message, "type": type, "param": param, "code": code}}
@@ -321,7 +324,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        code = "not_found" if exc.status_code == 404 else None
+        code = {404: "not_found", 413: "request_too_large"}.get(exc.status_code)
         return _error(exc.status_code, str(exc.detail), "invalid_request_error", code)
 
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
@@ -335,9 +338,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def create_app(engine: Engine, tokenizer: Any, model_name: str, *, max_context: int = 8192,
-               api_key: str | None = None) -> FastAPI:
+               api_key: str | None = None, body_limit: BodyLimit | None = None) -> FastAPI:
     """The app serving `engine` as `model_name`. Use it through uvicorn or `with TestClient(app)`
-    (its lifespan starts the generation thread). `/health` never needs the API key."""
+    (its lifespan starts the generation thread). An `api_key` is then required on every route but
+    /health (`serve_openai` leaves it to `run_app`, which also accepts the run's token). `body_limit`
+    defaults to `default_body_bytes(max_context)` (or $AGENTRL_OPENAI_MAX_BODY_MB)."""
     backend = Backend(engine, tokenizer, model_name, max_context)
 
     @asynccontextmanager
@@ -350,14 +355,25 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, *, max_context: 
             backend.executor = None
 
     app = FastAPI(title="agentrl OpenAI-compatible server", lifespan=lifespan)
+    limit = body_limit or BodyLimit.resolve(default_body_bytes(max_context), MAX_BODY_ENV)
+    app.add_middleware(BodySizeLimit, limit=limit, error_body=_too_large_body)  # never read a 300 MB prompt whole
+    if api_key:
+        app.add_middleware(BearerAuth, tokens=(api_key,), error_body=_unauthorized_body,
+                           accepted=_accepted(True, False))
     _install_error_handlers(app)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok", "model": model_name}
 
-    app.include_router(_routes(backend), dependencies=[Depends(_auth(api_key))])
+    app.include_router(_routes(backend))
     return app
+
+
+def _accepted(api_key: bool, token: bool) -> str:
+    """Which bearer values the server takes, as its 401 says it."""
+    key = f"its API key (the {API_KEY_ENV} it was started with)"
+    return f"{key} or {RUN_TOKEN}" if api_key and token else key if api_key else RUN_TOKEN
 
 
 # -- the entry point -----------------------------------------------------------------------------
@@ -374,19 +390,21 @@ def serve_openai(
     log_level: str = "warning",
     port_file: str | None = None,
     allow_unauthenticated: bool = False,
+    max_body_mb: float | None = None,
 ) -> None:
     """Load the model (an alias, folder or hub id) and serve it in the foreground until SIGINT/SIGTERM.
 
     Binds 127.0.0.1 by default; port 0 picks a free one (announced on stderr, and written to
     `port_file` if given). The served name defaults to `model_path` as given. `threads` caps
     torch's intra-op threads (1 is much faster on a CPU shared with other busy processes).
-    `api_key`, when given, is required on every route but /health; beyond loopback a key (or
-    AGENTRL_SERVER_TOKEN) is required to start at all, unless `allow_unauthenticated`.
+    With `api_key` or AGENTRL_SERVER_TOKEN set, every route but /health requires one of them (either);
+    with neither it is open on loopback, and refused beyond unless `allow_unauthenticated`. Bodies
+    over `max_body_mb` (default: `default_body_bytes` of the model's context) get 413.
     """
-    from agentrl_core.server_auth import check_bind, server_token
+    from agentrl_core.server_auth import check_bind, server_token, server_tokens
 
-    token = api_key or server_token()
-    check_bind(host, token, allow_unauthenticated=allow_unauthenticated, what="OpenAI server")
+    tokens = server_tokens(api_key)
+    check_bind(host, tokens[0] if tokens else None, allow_unauthenticated=allow_unauthenticated, what="OpenAI server")
     import torch
 
     from agentrl_core.envs.server import run_app
@@ -400,17 +418,22 @@ def serve_openai(
     model = load_model(folder, dtype=dtype)
     max_context = int(getattr(model.config, "max_position_embeddings", 8192) or 8192)
     engine = HFEngine(model, tokenizer, max_batch=max_batch)
+    limit = BodyLimit.resolve(default_body_bytes(max_context), MAX_BODY_ENV, max_body_mb)
     app = create_app(engine, tokenizer, served_model_name or os.fspath(model_path), max_context=max_context,
-                     api_key=api_key)
-    auth = "on" if api_key else "off"
-    run_app(app, host, port, log_level=log_level, port_file=port_file, token=token,
+                     body_limit=limit)
+    run_app(app, host, port, log_level=log_level, port_file=port_file, tokens=tokens,
             allow_unauthenticated=allow_unauthenticated, error_body=_unauthorized_body,
-            banner="agentrl OpenAI server on http://{}/v1 (api key " + auth + ")")
+            accepted=_accepted(bool(api_key), bool(server_token())), banner="agentrl OpenAI server on http://{}/v1")
 
 
 def _unauthorized_body(message: str) -> dict[str, Any]:
     """OpenAI's error shape for the bearer-token check of server_auth.BearerAuth."""
     return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+
+
+def _too_large_body(message: str) -> dict[str, Any]:
+    """OpenAI's error shape for a body refused by http_limits.BodySizeLimit before it is read."""
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "request_too_large"}}
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -437,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve_openai(args.model, args.host, args.port, served_model_name=args.served_model_name,
                      api_key=args.api_key or os.environ.get(API_KEY_ENV) or None, dtype=args.dtype,
                      max_batch=args.max_batch, threads=args.threads, log_level=args.log_level, port_file=args.port_file,
-                     allow_unauthenticated=args.allow_unauthenticated)
+                     allow_unauthenticated=args.allow_unauthenticated, max_body_mb=args.max_body_mb)
     except (AgentRLError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -462,7 +485,9 @@ def launch_openai_server(
 
     Returns the env launcher's `ServerProcess` handle (`.url` without /v1, `.stop()`, a context
     manager; stopped too if dropped or when this interpreter exits). The API key travels in the
-    child's environment, never on its command line.
+    child's environment, never on its command line; so does this process's AGENTRL_SERVER_TOKEN,
+    which the server then requires too (inside `run_token()`, as a run starts it: send it as the
+    engine's API key, `server_auth.server_token()`).
     """
     import subprocess
     import tempfile

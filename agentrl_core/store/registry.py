@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from agentrl_core.store import convert
+from agentrl_core.store.disk_full import registry_disk_full
 from agentrl_core.store.engine import make_engine
 from agentrl_core.store.errors import RegistryError
 from agentrl_core.store.migrate import current_revision, upgrade
@@ -98,12 +99,13 @@ class Registry:
 
     @contextmanager
     def _tx(self, action: str) -> Iterator[Session]:
-        """A session in one transaction, committed at the end; database errors become RegistryError."""
+        """A session in one transaction, committed at the end; database errors become RegistryError,
+        a full disk DiskFullError (the transaction is rolled back: no half-written rows)."""
         try:
             with self._sessions.begin() as session:
                 yield session
         except SQLAlchemyError as err:
-            raise self._error(action, err) from None
+            raise (registry_disk_full(self._url, err) or self._error(action, err)) from None
 
     def _insert(self, table):
         if self._dialect == "postgresql":
@@ -346,7 +348,7 @@ def open_registry(url: str | Secret | None, root: str | Path, *, echo: bool = Fa
         upgrade(engine)
     except SQLAlchemyError as err:
         engine.dispose()
-        raise _connect_error(resolved, err, secrets) from None
+        raise (registry_disk_full(resolved, err) or _connect_error(resolved, err, secrets)) from None
     except RegistryError:
         engine.dispose()
         raise

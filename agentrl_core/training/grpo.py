@@ -113,7 +113,7 @@ def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: P
     chat = ChatFormat(session.tokenizer)
     ref_model = reference_model(cfg, init_model, session)
     last: dict[str, float] = {}
-    with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client, session.writer:
+    with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client, session.writer, session.resume_hint():
         train_ids = resolve_task_ids(cfg.env, client, "train")
         factory = lambda: RemoteEnv(client, cfg.env.name)  # noqa: E731
         validator = _Validator(cfg, session, engine, env_url, client) if cfg.trainer.val_every > 0 else None

@@ -5,6 +5,10 @@ Each line is `{"step": int, "time": unix seconds, **metrics}`; non-finite values
 which `read_metrics` skips and a new `MetricsWriter` trims. Resuming at step S
 (`resume_step=S`) drops lines with step > S so the file stays monotonic, and TensorBoard
 hides its own events past S (SummaryWriter's `purge_step`).
+
+A full disk raises one DiskFullError naming the file: a line that could not be written whole is
+cut off again (the file ends at its last complete record), and closing the writer while that
+error (or any other) is propagating never raises a second, different error over it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+from agentrl_core.atomic_file import atomic_file
+from agentrl_core.diskfull import raising_disk_full
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +65,22 @@ def _to_float(name: str, value: Any) -> float:
 
 def _rewrite(path: Path, records: list[dict]) -> None:
     """Replace the file with `records`, atomically (temp file + rename)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r, allow_nan=False) + "\n" for r in records)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+
+def _append(fd: int, data: bytes) -> None:
+    """Append `data` whole or not at all: after a failed write the file is cut back to its old end."""
+    end = os.fstat(fd).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        os.ftruncate(fd, end)  # frees space, so it works on a full disk
+        raise
 
 
 def _prepare_file(path: Path, resume_step: int | None) -> None:
@@ -87,21 +104,25 @@ class MetricsWriter:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
-        _prepare_file(self.path, resume_step)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self.tb_dir = self.run_dir / TENSORBOARD_DIR
+        with raising_disk_full(self.path):
+            _prepare_file(self.path, resume_step)
+            # A raw descriptor, no Python buffer: each line is one os.write, and close() never writes.
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked
 
             purge = None if resume_step is None else resume_step + 1
-            self._tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), purge_step=purge)
+            with raising_disk_full(self.tb_dir):
+                self._tb = SummaryWriter(log_dir=str(self.tb_dir), purge_step=purge)
 
     def log(self, step: int, metrics: dict[str, Any], prefix: str = "") -> dict:
         """Append one record for `step`; keys become `prefix/key` when a prefix is given.
 
         Returns the record as written (non-finite values as None).
         """
-        if self._file.closed:
+        if self._fd is None:
             raise RuntimeError(f"MetricsWriter for {self.run_dir} is closed")
         now = time.time()
         values = {self._name(prefix, key): _to_float(key, value) for key, value in metrics.items()}
@@ -109,13 +130,14 @@ class MetricsWriter:
         if clash:
             raise ValueError(f"metric names {clash} are reserved for the record itself; rename them or pass a prefix")
         record = {"step": int(step), "time": now, **{k: v if math.isfinite(v) else None for k, v in values.items()}}
-        # One write call per line, so a crash tears at most this line.
-        self._file.write(json.dumps(record, allow_nan=False) + "\n")
-        self._file.flush()
+        with raising_disk_full(self.path):
+            _append(self._fd, (json.dumps(record, allow_nan=False) + "\n").encode("utf-8"))
         if self._tb is not None:
-            for name, value in values.items():
-                if math.isfinite(value):
-                    self._tb.add_scalar(name, value, global_step=int(step), walltime=now)
+            # TensorBoard writes in a thread: its failure surfaces at a later add_scalar, flush or close.
+            with raising_disk_full(self.tb_dir):
+                for name, value in values.items():
+                    if math.isfinite(value):
+                        self._tb.add_scalar(name, value, global_step=int(step), walltime=now)
         return record
 
     @staticmethod
@@ -125,18 +147,32 @@ class MetricsWriter:
     def flush(self) -> None:
         """Push buffered TensorBoard events to disk (JSON lines are flushed as written)."""
         if self._tb is not None:
-            self._tb.flush()
+            with raising_disk_full(self.tb_dir):
+                self._tb.flush()
 
     def close(self) -> None:
         """Flush and close both outputs; calling it twice is harmless."""
-        if not self._file.closed:
-            self._file.close()
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        tb, self._tb = self._tb, None
+        if tb is not None:
+            with raising_disk_full(self.tb_dir):
+                tb.close()
+
+    def _close_quietly(self) -> None:
+        """Close while another error propagates: a failure here is logged, never raised over that error."""
+        try:
+            self.close()
+        except Exception as err:  # noqa: BLE001 - e.g. TensorBoard's flush on the same full disk
+            logger.warning("closing the metrics writer of %s failed too (%s); the first error is the one to fix",
+                           self.run_dir, err)
 
     def __enter__(self) -> MetricsWriter:
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._close_quietly()

@@ -19,6 +19,7 @@ from agentrl_core.training.batching import (
 )
 from agentrl_core.training.logprobs import is_wrapper, token_logprobs
 from agentrl_core.training.shared_prefix import plan_group_batches, plan_prefixes
+from agentrl_core.training.update_diagnostics import Diagnostics, turn_index
 
 
 @dataclass
@@ -96,9 +97,22 @@ def shaped_rewards(ctx: UpdateContext, trajs: Sequence[Trajectory], batches: lis
 
 def token_advantages(trajs: Sequence[Trajectory], rewards: torch.Tensor, cfg: AlgorithmConfig) -> torch.Tensor:
     """[B, W-1] advantages from the configured estimator over the whole batch's model tokens (so
-    token-level estimators such as REINFORCE++ whiten over the batch, not per micro-batch)."""
+    token-level estimators such as REINFORCE++ whiten over the batch, not per micro-batch); step
+    estimators (GiGPO) also get every episode's turns."""
+    return alg.batch_advantage(cfg.advantage)(step_batch(trajs, rewards), cfg)
+
+
+def step_batch(trajs: Sequence[Trajectory], rewards: torch.Tensor) -> alg.StepBatch:
+    """The estimators' view of the batch: rewards, group ids, the [B, W-1] target mask, and per episode its
+    turns (action span moved to target columns, position p is column p - 1; step reward; observed state)."""
     groups = torch.tensor([t.group for t in trajs], dtype=torch.long)
-    return alg.get_advantage_estimator(cfg.advantage)(rewards, groups, target_mask(trajs), cfg)
+    return alg.StepBatch(rewards, groups, target_mask(trajs), [_turns(t) for t in trajs])
+
+
+def _turns(traj: Trajectory) -> list[alg.StepTurn]:
+    rewards = traj.turn_rewards
+    return [alg.StepTurn(start - 1, end - 1, rewards[k] if k < len(rewards) else 0.0, state)
+            for k, ((start, end), state) in enumerate(zip(traj.action_spans, traj.observation_keys))]
 
 
 def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int = 1) -> dict[str, float]:
@@ -110,6 +124,8 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     before the first step: with one epoch they equal the current ones (detached, ratio = 1, no
     extra forward); with more they come from a no-grad pass and the PPO clip becomes active. With
     ctx.old_logprobs = "engine" the engine's log-probs are used instead, and no pass is needed.
+    entropy, clipfrac, rollout_logp_diff and entropy/turn_k are token means over the rows that ran
+    (training.update_diagnostics), not shrunk by the zero-advantage rows `rows_with_gradient` skips.
     """
     cfg = ctx.algorithm
     trajs = select_samples(trajs, cfg)
@@ -122,16 +138,19 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
                         scale_tokens=float(cfg.loss_scale_tokens))
     rows = rows_with_gradient(adv, mask, cfg)
     batches = plan_batches(ctx, [trajs[i] for i in rows])
+    turns = turn_index(trajs)[rows]
     for mb in batches:
         mb.advantages = adv[rows][mb.index, : mb.target_mask.shape[1]] * mb.target_mask
     olds = _old_logprobs(ctx, batches, epochs)
     totals: dict[str, float] = {}
+    diag = Diagnostics()
     for _ in range(epochs):
         for mb, old in zip(batches, olds):
-            for k, v in _micro_step(ctx, mb, norm, old).items():
+            for k, v in _micro_step(ctx, mb, norm, old, diag, turns[mb.index, : mb.target_mask.shape[1]]).items():
                 totals[k] = totals.get(k, 0.0) + v / epochs
         totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / epochs
     seq_adv = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
+    totals.update(diag.means())
     totals.update(adv_abs_mean=float(seq_adv.abs().mean()), lr=ctx.backend.lr,
                   micro_batches=float(len(batches)), samples_trained=float(len(trajs)),
                   samples_backpropagated=float(len(rows)), shaped_reward_mean=float(rewards.mean()))
@@ -185,7 +204,10 @@ def _old_logprobs(ctx: UpdateContext, batches: list[MicroBatch], epochs: int) ->
     return [None] * len(batches)
 
 
-def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: torch.Tensor | None) -> dict[str, float]:
+def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: torch.Tensor | None,
+                diag: Diagnostics, turns: torch.Tensor) -> dict[str, float]:
+    """Forward, loss and backward of one micro-batch; returns its share of the loss terms (normalised by the
+    global batch) and adds its entropy, clipping and engine gap to `diag` (turns: its rows' turn_index)."""
     cfg = ctx.algorithm
     # entropy is logged every step; it costs one softmax over the model's own tokens only
     stats = token_logprobs(ctx.model, mb.input_ids, mb.attention_mask, mb.target_mask,
@@ -205,17 +227,9 @@ def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: tor
         kl = agg(alg.get_kl_estimator(cfg.kl_estimator)(stats.logprobs, ref.logprobs), mask, norm)
         loss = loss + cfg.kl_coef * kl
         out["kl"] = float(kl.detach())
-    ent = agg(stats.entropy, mask, norm)
     if cfg.entropy_coef > 0:
-        loss = loss - cfg.entropy_coef * ent
+        loss = loss - cfg.entropy_coef * agg(stats.entropy, mask, norm)
     ctx.backend.backward(loss)
-    out.update(loss=float(loss.detach()), entropy=_token_mean(stats.entropy, mask, norm),
-               clipfrac=_token_mean(pg_stats.get("clipfrac"), mask, norm),
-               rollout_logp_diff=_token_mean((old - mb.engine_logprobs).abs(), mask, norm))
+    out["loss"] = float(loss.detach())
+    diag.add(mask, stats.entropy, pg_stats.get("clipfrac"), (old - mb.engine_logprobs).abs(), turns)
     return out
-
-
-def _token_mean(values: torch.Tensor | None, mask: torch.Tensor, norm: Any) -> float:
-    if values is None:
-        return 0.0
-    return float((values.detach().float() * mask).sum() / norm.global_tokens)

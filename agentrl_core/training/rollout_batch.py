@@ -14,6 +14,7 @@ from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, LoopLimits, Trajectory, run_episodes
 from agentrl_core.rollout.engine import Engine
 from agentrl_core.rollout.r3l import r3l_metrics, run_r3l_episodes, settings_from
+from agentrl_core.training.action_diversity import action_diversity
 
 
 def step_tasks(train_ids: Sequence[int], step: int, cfg: RecipeConfig, round_: int = 0, k: int | None = None) -> list[int]:
@@ -86,7 +87,8 @@ def rollout_batch(engine: Engine, chat: ChatFormat, env_factory: Callable[[], An
 
 
 def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Reward, success, length and signal statistics of one batch (errors excluded, counted); r3l/* with R3L."""
+    """Reward, success, length and signal statistics of one batch (errors excluded, counted), how diversely
+    groups act in shared states (training.action_diversity); r3l/* with R3L."""
     ok = [t for t in trajs if t.error is None]
     n = max(1, len(ok))
     groups: dict[int, set[float]] = {}
@@ -100,4 +102,4 @@ def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         "truncated_rate": sum(t.truncated for t in ok) / n,
         "errors": float(len(trajs) - len(ok)),
         "groups_with_signal": sum(len(r) > 1 for r in groups.values()) / max(1, len(groups)),
-    } | r3l_metrics(trajs)
+    } | action_diversity(ok) | r3l_metrics(trajs)

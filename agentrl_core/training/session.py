@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -30,9 +32,9 @@ from agentrl_core.checkpoints import (
     resolve_resume,
     save_checkpoint,
 )
-from agentrl_core.checkpoints.layout import STATE_FILE
+from agentrl_core.checkpoints.layout import STATE_FILE, parse_step
 from agentrl_core.config import LoraConfig, OptimConfig, TrainerConfig
-from agentrl_core.errors import CheckpointError, ConfigError
+from agentrl_core.errors import CheckpointError, ConfigError, DiskFullError
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.lora import (
     check_adapter_config,
@@ -121,6 +123,17 @@ class TrainingSession:
         model = _DeepSpeedWriter(self.backend, step) if self.uses_deepspeed else (
             self.adapter if self.adapter is not None else self.model)
         return save_checkpoint(root, step, model=model, tokenizer=self.tokenizer, state=state, keep_last=1)
+
+    @contextmanager
+    def resume_hint(self) -> Iterator[None]:
+        """On a full disk, complete the DiskFullError with the step that running the same command again
+        resumes from (the last complete checkpoint's; 0 when there is none)."""
+        try:
+            yield
+        except DiskFullError as err:
+            latest = latest_checkpoint(self.ckpt_root)
+            err.resume_step = (parse_step(latest) or 0) if latest is not None else 0
+            raise
 
     def last_checkpoint(self) -> Path:
         path = latest_checkpoint(self.ckpt_root)

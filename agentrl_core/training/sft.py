@@ -128,7 +128,7 @@ def train_sft(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: P
                            lora=cfg.model.lora, trainer=cfg.trainer)
     pad_id = session.tokenizer.pad_token_id
     last: dict[str, float] = {}
-    with session.writer:
+    with session.writer, session.resume_hint():
         for step in range(session.start_step, len(schedule)):
             timings: dict[str, float] = {}
             with timed("train", timings):

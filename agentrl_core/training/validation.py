@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from agentrl_core.atomic_file import write_text_atomic
 from agentrl_core.config import RecipeConfig
 from agentrl_core.envs import EnvClient
 from agentrl_core.errors import ConfigError
@@ -87,8 +88,6 @@ class BestCheckpoint:
         """Save the session's model as the best checkpoint (replacing the previous best) and record it."""
         path = session.save_best(self.root, step, {"validation": metrics})
         self.step, self.success = step, metrics["val/success_rate"]
-        tmp = self.record.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"step": step, "checkpoint": str(path), **metrics}))
-        tmp.replace(self.record)
+        write_text_atomic(self.record, json.dumps({"step": step, "checkpoint": str(path), **metrics}))
         log.info("best validation success %.3f at step %d: kept %s", self.success, step, path)
         return path

@@ -141,7 +141,12 @@ def test_every_estimator_declares_what_its_baseline_needs():
     builtin = {"grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "opmd", "r3l", "raft"}
     assert builtin <= set(algorithms.ADVANTAGE_BASELINES)
     assert {n for n, b in algorithms.ADVANTAGE_BASELINES.items() if b == "group"} == {
-        "grpo", "drgrpo", "rloo", "reinforce_pp_baseline", "opmd"}
+        "grpo", "drgrpo", "rloo", "reinforce_pp_baseline", "opmd", "gigpo"}
     assert algorithms.advantage_baseline("reinforce_pp") == "batch"
-    with pytest.raises(ConfigError, match="valid: drgrpo, grpo"):
+    with pytest.raises(ConfigError, match="valid: drgrpo, gigpo, grpo"):
         algorithms.advantage_baseline("nope")
+
+
+def test_a_step_estimator_asked_for_as_a_sequence_one_says_how_to_call_it():
+    with pytest.raises(ConfigError, match="'gigpo' is a step estimator.*batch_advantage"):
+        get_advantage_estimator("gigpo")

@@ -241,7 +241,12 @@ def main() -> None:
           f"{len(differ)} differ; {time.perf_counter() - start:.0f} s")
     for row in differ[:20]:
         print("  differs:", row)
+    from bench.recording import current
+    if (recording := current()) is not None:
+        recording.report({"trajectories": n, "equal_verdicts": n - len(differ), "equal_percent": 100 * (n - len(differ)) / n,
+                          "seconds": time.perf_counter() - start}, args=vars(args))
 
 
 if __name__ == "__main__":
-    main()
+    from bench.recording import run_recorded
+    run_recorded("bfcl_differential", main)

@@ -126,6 +126,22 @@ def test_metrics_report_load(api: TestClient) -> None:
     assert m["server_rss_mb"] > 0 and m["workers_rss_mb"] > 0
 
 
+def test_step_rate_is_not_capped_by_the_kept_window() -> None:
+    """2,000 steps/s for 10 s with 10,000 finish times kept: the rate is 2,000, not 10,000 / 10 s = 1,000."""
+    from agentrl_core.envs.server_metrics import StepStats
+
+    now = [0.0]
+    stats = StepStats(window=10_000, rate_window_s=10.0, clock=lambda: now[0])
+    for i in range(20_000):
+        now[0] = i / 2000
+        stats.record("countdown", 0.001)
+    assert abs(stats.steps_per_s() - 2000) < 1
+    slow = StepStats(window=10_000, rate_window_s=10.0, clock=lambda: now[0])
+    for _ in range(50):
+        slow.record("countdown", 0.001)
+    assert slow.steps_per_s() == 5.0  # fewer than the window holds: counted over the whole 10 s
+
+
 def test_nearest_rank_quantile() -> None:
     values = [float(v) for v in range(1, 101)]
     assert quantile(values, 0.5) == 50.0 and quantile(values, 0.99) == 99.0 and quantile(values, 1.0) == 100.0

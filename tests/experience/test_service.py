@@ -1,7 +1,9 @@
-"""The pool as a real process on 127.0.0.1: summarise, retrieve, stats, HTTP errors, typed client errors, stop."""
+"""The pool as a real process on 127.0.0.1: summarise, retrieve, stats, HTTP errors, typed client errors, stop;
+and as a run starts it: only the run's token served, request bodies capped (declared or chunked)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import httpx
@@ -10,7 +12,9 @@ import pytest
 from agentrl_core.experience.client import ExperienceClient
 from agentrl_core.experience.errors import ExperienceRequestError, ExperienceStartError, ExperienceUnavailableError
 from agentrl_core.experience.launcher import launch_experience_pool
+from agentrl_core.experience.service import MAX_BODY_ENV
 from agentrl_core.experience.summarise import ExperienceRecord
+from agentrl_core.server_auth import TOKEN_ENV, run_token
 
 
 def episode(task: str, actions: list[str], success: bool, task_id: int = 0) -> dict:
@@ -72,3 +76,68 @@ def test_launch_stop_and_unreachable(tmp_path):
 def test_bad_database_url_fails_at_start(tmp_path):
     with pytest.raises(ExperienceStartError, match="exited during startup"):
         launch_experience_pool("nosuchdialect://x", startup_timeout=30)
+
+
+# -- a pool as a run starts it: the run's token required, bodies capped ----------------------------
+LIMIT = 1 << 20
+"""The body cap the run's pool is started with, through its environment variable (as a run would raise it)."""
+
+
+@pytest.fixture(scope="module")
+def run_pool(tmp_path_factory: pytest.TempPathFactory):
+    """(pool, the run's token): started inside `run_token()`; the token is in this process's environment
+    only while starting it (so the other tests' clients send none)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(TOKEN_ENV, raising=False)
+        mp.setenv(MAX_BODY_ENV, "1")
+        with run_token() as token:
+            server = launch_experience_pool(f"sqlite:///{tmp_path_factory.mktemp('run-pool') / 'p.db'}")
+    with server:
+        yield server, token
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer not-the-run-token"}])
+def test_a_stranger_cannot_read_or_write_the_runs_pool(run_pool, headers):
+    pool, token = run_pool
+    for method, path, body in (("GET", "/stats", None), ("POST", "/retrieve", {"query": "x"}),
+                               ("POST", "/summarise", {"trajectories": []})):
+        r = httpx.request(method, f"{pool.url}{path}", json=body, headers=headers, timeout=10)
+        assert r.status_code == 401, (path, r.text)
+        assert TOKEN_ENV in r.json()["detail"] and token not in r.text
+    assert httpx.get(f"{pool.url}/health", timeout=10).status_code == 200
+
+
+def test_the_runs_client_is_served_and_splits_what_the_pool_would_refuse(run_pool, monkeypatch):
+    pool, token = run_pool
+    monkeypatch.setenv(TOKEN_ENV, token)  # as inside the run
+    failed = [episode(f"task {i}", ["look " * 2000], False, i) for i in range(200)]  # ~2 MiB: twice the pool's cap
+    with ExperienceClient(pool.url, max_request_bytes=LIMIT // 4) as client:
+        before = client.stats().summarised
+        out = client.summarise(failed)  # one request would be a 413
+        assert (out.received, out.added, out.skipped) == (200, 0, 200)
+        assert client.stats().summarised - before == 200
+
+
+def _summarise_body(size: int) -> bytes:
+    """A valid /summarise body of exactly `size` bytes: one failed trajectory whose action is padded."""
+    traj = episode("pad", [""], False)
+    empty = json.dumps({"trajectories": [traj]}).encode()
+    traj["messages"][2]["content"] = " " * (size - len(empty))
+    return json.dumps({"trajectories": [traj]}).encode()
+
+
+def test_a_body_at_the_limit_is_read_one_byte_more_is_a_413(run_pool):
+    pool, token = run_pool
+    headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
+    with httpx.Client(base_url=pool.url, headers=headers, timeout=30) as http:
+        at_limit = http.post("/summarise", content=_summarise_body(LIMIT))
+        assert at_limit.status_code == 200 and at_limit.json()["skipped"] == 1, at_limit.text[:300]
+        over = _summarise_body(LIMIT + 1)
+        declared = http.post("/summarise", content=over)
+        chunked = http.post("/summarise", content=iter([over[i:i + 16384] for i in range(0, len(over), 16384)]))
+        assert http.get("/health").status_code == 200
+    for response in (declared, chunked):
+        assert response.status_code == 413, response.text[:300]
+        assert response.json()["error"] == "RequestTooLarge"
+        detail = response.json()["detail"]
+        assert f"limit of 1 MiB ({LIMIT} bytes)" in detail and "--max-body-mb" in detail and MAX_BODY_ENV in detail

@@ -4,6 +4,7 @@ registry, TensorBoard events, checkpoint metadata, console output) is searched f
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 AGENTRL = str(Path(sys.executable).with_name("agentrl"))
 CANARY = "canary7Hq2Zx9"
 TOKEN = "tokencanary5Rw8Lp3"  # the run's bearer token: never written anywhere either
+PREFECT_AUTH = "agentrl:prefectcanary3Kd7Vq1"  # the temporary Prefect server's credential (PREFECT_API_AUTH_STRING)
+PREFECT_BASIC = base64.b64encode(PREFECT_AUTH.encode()).decode()  # as its clients send it, in a Basic header
 pytestmark = pytest.mark.slow
 
 
@@ -32,7 +35,8 @@ def _unused(kind: str) -> str:
     return {"http": f"http://alice:{CANARY}@127.0.0.1:9/v1", "pg": f"postgresql+psycopg://alice:{CANARY}@127.0.0.1:9/db"}[kind]
 
 
-def _leaks(folders: list[Path], texts: list[str], secrets: tuple[str, ...] = (CANARY, TOKEN)) -> list[str]:
+def _leaks(folders: list[Path], texts: list[str],
+           secrets: tuple[str, ...] = (CANARY, TOKEN, PREFECT_AUTH, PREFECT_BASIC)) -> list[str]:
     """Every file (and text) holding a secret, raw bytes searched (a SQLite file's free pages too)."""
     found = [f"output #{i}" for i, text in enumerate(texts) if any(s in text for s in secrets)]
     for folder in folders:
@@ -50,7 +54,7 @@ def test_cli_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_p
                f"experience.db_url={_unused('pg')}", f"store.s3_endpoint_url={_unused('http')}"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(home), AGENTRL_SERVER_TOKEN=TOKEN, PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               DO_NOT_TRACK="1", OMP_NUM_THREADS="1")
+               DO_NOT_TRACK="1", OMP_NUM_THREADS="1", PREFECT_API_AUTH_STRING=PREFECT_AUTH)
     run = subprocess.run([AGENTRL, "run", "household_grpo", *tiny_overrides(tiny_model_path, root), "eval.enabled=false",
                           *secrets], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -28,3 +28,52 @@ def test_bad_input_and_bugs_are_not_retried():
     assert not is_transient(InvalidRequestError("422"))
     assert not is_transient(ValueError("bug"))
     assert not is_transient(None)
+
+
+class _FailedState:
+    """A task run's final state as Prefect hands it to retry_condition_fn: result() raises its error."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return 1
+
+
+def test_a_full_disk_is_never_retried_even_behind_a_transient_error():
+    import errno
+
+    from agentrl_core.errors import DiskFullError
+    from tasks.retry import retry_transient, retry_unless_disk_full
+
+    full = DiskFullError("/runs/a/grpo/checkpoints/step_000004", 0, "/runs")
+    behind_transient = _chained(ConnectionError("env server went away"), full)
+    raw = OSError(errno.ENOSPC, "No space left on device")
+    sqlite = _chained(RuntimeError("registry write failed"), Exception("database or disk is full"))
+    for error in (full, behind_transient, raw, sqlite):
+        assert not is_transient(error)
+        assert not retry_transient(None, None, _FailedState(error))
+        assert not retry_unless_disk_full(None, None, _FailedState(error))
+    assert retry_unless_disk_full(None, None, _FailedState(RuntimeError("database is locked")))
+    assert retry_transient(None, None, _FailedState(httpx.ConnectError("refused")))
+    assert not retry_unless_disk_full(None, None, _FailedState(None))
+
+
+def test_recording_a_failed_run_never_raises_over_the_runs_own_error(monkeypatch):
+    """The flow marks the run failed in its `except`: the registry on the same full disk must not replace
+    the error that stopped the run with its own."""
+    from types import SimpleNamespace
+
+    from prefect.logging import disable_run_logger
+
+    from agentrl_core.errors import DiskFullError
+    from tasks import records
+
+    def registry_full(recipe, run_id, status):
+        raise DiskFullError("/runs/registry.db", 0, "/runs")
+
+    monkeypatch.setattr(records, "finish_run", registry_full)
+    with disable_run_logger():
+        records.mark_failed(SimpleNamespace(run=SimpleNamespace(name="r")), 1)  # returns: nothing raised

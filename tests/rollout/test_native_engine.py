@@ -10,6 +10,7 @@ import torch
 from agentrl_core.config import EngineConfig, SamplingConfig
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
+from agentrl_core.models.compute import bf16_support
 from agentrl_core.rollout.engine import HFEngine
 from agentrl_core.rollout.engines import make_engine, resolve_kind
 from agentrl_core.rollout.native import NativeEngine, make_generator, native_support
@@ -86,6 +87,64 @@ def test_logprobs_match_the_trainer_forward(real):
         trainer = token_logprobs(model, ids, torch.ones_like(ids), mask[:, 1:], temperature=0.8).logprobs[0]
         trainer = trainer[len(p) - 1:]
         assert torch.allclose(trainer, torch.tensor(g.logprobs), atol=2e-4), (trainer, g.logprobs)
+
+
+def _teacher_forced(model, ids: list[int], mode: str) -> torch.Tensor:
+    """transformers' own logits [T, vocab] for `ids` in one forward, under `mode` autocast (float32: none)."""
+    from agentrl_core.models.precision import autocast
+
+    with torch.no_grad(), autocast(model, mode):
+        return model(input_ids=torch.tensor([ids])).logits[0].float()
+
+
+BF16_CPU, BF16_WHY = bf16_support("cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BF16_CPU, reason=f"no native bf16 here: {BF16_WHY}")
+def test_bf16_path_is_as_close_to_float32_as_transformers_bf16(real):
+    """The native bf16 path against transformers on the same tokens, both measured from float32.
+
+    bf16 keeps 8 significant bits, so no bf16 computation matches float32 or another bf16 kernel
+    sequence to the bit (here transformers' own bf16 autocast moves SmolLM2's logits by up to ~0.5 and
+    the chosen tokens' log-probs by up to ~0.08). What is meaningful is that the native path is no worse
+    than transformers' bf16 autocast, the reference the trainer computes its ratios with: its log-probs
+    lie within 2x transformers' largest bf16 error of float32, and 1.5x its mean error; and each greedy
+    token is float32's argmax except at a near tie, where float32's top logit beats the chosen one by less
+    than transformers' own bf16 logit error on that sequence (bf16 may legitimately flip such a tie).
+    Checked by injecting faults: rotary sines 10% off, or an attention scale 5% off, fail it; rounding the
+    residual stream or the norm statistics to bf16 stays within bf16's own noise here and passes.
+    """
+    model, tok, chat = real
+    prompts = _prompts(chat)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # numerics, not speed: one thread is 10x faster on a CPU shared with other jobs
+    try:
+        gens = NativeEngine(model, tok, autocast="bfloat16").generate(
+            prompts, SamplingConfig(temperature=0.0, max_new_tokens=32), seed=0)
+        ours, theirs = _bf16_errors(model, prompts, gens)
+    finally:
+        torch.set_num_threads(threads)
+    assert 0 < theirs.mean() < 0.05  # the reference really ran in bf16, and bf16 is close to float32 here
+    assert ours.max() <= 2 * theirs.max(), (ours.max(), theirs.max())
+    assert ours.mean() <= 1.5 * theirs.mean(), (ours.mean(), theirs.mean())
+
+
+def _bf16_errors(model, prompts, gens) -> tuple[torch.Tensor, torch.Tensor]:
+    """|log-prob - float32's| of each generated token: the engine's, and transformers' bf16 autocast's;
+    checks on the way that each greedy token is float32's argmax or a near tie."""
+    ours, theirs = [], []
+    for prompt, gen in zip(prompts, gens):
+        ids, at = prompt + gen.token_ids, slice(len(prompt) - 1, len(prompt) + len(gen.token_ids) - 1)
+        fp32, bf16 = _teacher_forced(model, ids, "float32")[at], _teacher_forced(model, ids, "bfloat16")[at]
+        chosen = torch.tensor(gen.token_ids)[:, None]
+        exact = fp32.log_softmax(-1).gather(1, chosen)[:, 0]
+        ours.append((torch.tensor(gen.logprobs) - exact).abs())
+        theirs.append((bf16.log_softmax(-1).gather(1, chosen)[:, 0] - exact).abs())
+        gap = fp32.max(-1).values - fp32.gather(1, chosen)[:, 0]  # 0 where the token is float32's argmax
+        tie = (bf16 - fp32).abs().max()
+        assert bool((gap <= tie).all()), f"a greedy token {gap.max():.3f} below float32's best (bf16 noise {tie:.3f})"
+    return torch.cat(ours), torch.cat(theirs)
 
 
 def test_seeded_sampling_repeats_and_does_not_depend_on_the_batch(tiny):

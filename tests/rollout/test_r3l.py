@@ -254,3 +254,17 @@ def test_r3l_rollout_runs_end_to_end_with_smollm2(embedded_model_path: Path):
         assert t.token_ids[:t.prompt_len] == attempt.token_ids[:attempt.prompt_len]
         assert "GUIDEMARK" not in tok.decode(t.token_ids)
     assert r3l_metrics(trajs)["r3l/retries"] == len(retries)
+
+
+@pytest.mark.parametrize("pivot", [0, 2])
+def test_the_stored_retry_keeps_turn_records_of_the_guidance_free_trajectory(chat, plan, pivot):
+    from agentrl_core.rollout.trajectory import observation_key
+
+    a0, _, retry = run(chat, ScriptedAgent(chat, plan, reflection_text(pivot)))
+    assert len(retry.action_spans) == len(retry.observation_keys) == retry.num_turns
+    assert retry.action_spans[:pivot] == a0.action_spans[:pivot]  # the attempt's turns, masked out
+    assert retry.observation_keys[:pivot + 1] == a0.observation_keys[:pivot + 1]  # the pivot's state has no guidance
+    for k, (start, end) in enumerate(retry.action_spans):
+        assert retry.observation_keys[k] == observation_key(retry.messages[1 + 2 * k]["content"])
+        assert retry.token_ids[start:end] == chat.encode(retry.messages[2 + 2 * k]["content"]) + [chat.eos_id]
+        assert set(retry.loss_mask[start:end]) == {0 if k < pivot else 1}

@@ -1,7 +1,10 @@
-"""The OpenAI-compatible server: the real SmolLM2 in a subprocess, and errors/auth in-process on a tiny model."""
+"""The OpenAI-compatible server: the real SmolLM2 in a subprocess started as a run (an evaluation) starts it,
+answering only the run's token and capping request bodies; errors and the API key in-process on a tiny model."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -10,15 +13,35 @@ from fastapi.testclient import TestClient
 
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.rollout import HFEngine
+from agentrl_core.server_auth import TOKEN_ENV, run_token
 from agentrl_core.serving import create_app, launch_openai_server
+from agentrl_core.serving.openai_server import MAX_BODY_ENV, default_body_bytes
 
 MODEL = "smollm2-135m-instruct"
 
 
+@dataclass(frozen=True)
+class RunServer:
+    url: str
+    token: str
+    """The run's token, which the server requires."""
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
 @pytest.fixture(scope="module")
 def server():
-    with launch_openai_server(MODEL, startup_timeout=120, threads=1) as srv:
-        yield srv
+    """Started inside `run_token()`, as an evaluation starts it; the token is in this process's environment
+    only while starting it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(TOKEN_ENV, raising=False)
+        mp.delenv(MAX_BODY_ENV, raising=False)
+        with run_token() as token:
+            srv = launch_openai_server(MODEL, startup_timeout=120, threads=1)
+    with srv:
+        yield RunServer(srv.url, token)
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +49,25 @@ def tokenizer(embedded_model_path: Path):
     return load_tokenizer(embedded_model_path)
 
 
-def _post(server, route: str, **body) -> httpx.Response:
-    return httpx.post(f"{server.url}/v1/{route}", json={"model": MODEL, **body}, timeout=60)
+def _post(server: RunServer, route: str, **body) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/{route}", json={"model": MODEL, **body}, timeout=60, headers=server.auth)
 
 
 def test_models_lists_the_served_model(server):
-    body = httpx.get(f"{server.url}/v1/models").json()
+    body = httpx.get(f"{server.url}/v1/models", headers=server.auth).json()
     assert body["object"] == "list" and [m["id"] for m in body["data"]] == [MODEL]
+
+
+@pytest.mark.parametrize("stranger", [{}, {"Authorization": "Bearer not-the-run-token"}])
+def test_a_stranger_cannot_query_the_runs_model(server, stranger):
+    for route in ("models", "completions", "chat/completions"):
+        method = "GET" if route == "models" else "POST"
+        r = httpx.request(method, f"{server.url}/v1/{route}", json={"model": MODEL, "prompt": [1]}, headers=stranger,
+                          timeout=30)
+        assert r.status_code == 401, (route, r.text)
+        err = r.json()["error"]
+        assert err["code"] == "invalid_api_key" and TOKEN_ENV in err["message"] and server.token not in r.text
+    assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
 
 
 def test_token_id_prompt_returns_token_ids_and_logprobs(server, tokenizer):
@@ -84,6 +119,31 @@ def test_chat_completion_applies_the_chat_template(server, tokenizer):
     assert body["object"] == "chat.completion" and choice["message"]["role"] == "assistant"
     assert choice["message"]["content"] == tokenizer.decode(choice["token_ids"], skip_special_tokens=True)
     assert [c["token"] for c in choice["logprobs"]["content"]] == [tokenizer.decode([t]) for t in choice["token_ids"]]
+
+
+# -- request bodies: capped at what 64 full-context prompts take, as they arrive -----------------------
+def _completion_body(size: int) -> bytes:
+    """A valid one-token completion request of exactly `size` bytes (its `user` field padded)."""
+    body = {"model": MODEL, "prompt": [1], "max_tokens": 1, "temperature": 0, "user": ""}
+    empty = len(json.dumps(body).encode())
+    return json.dumps({**body, "user": " " * (size - empty)}).encode()
+
+
+def test_a_body_at_the_limit_is_served_one_byte_more_is_a_413(server, embedded_model_path: Path):
+    context = json.loads((embedded_model_path / "config.json").read_text())["max_position_embeddings"]
+    limit = default_body_bytes(context)
+    headers = {**server.auth, "content-type": "application/json"}
+    with httpx.Client(base_url=f"{server.url}/v1", headers=headers, timeout=60) as http:
+        at_limit = http.post("/completions", content=_completion_body(limit))
+        assert at_limit.status_code == 200 and len(at_limit.json()["choices"]) == 1, at_limit.text[:300]
+        over = _completion_body(limit + 1)
+        declared = http.post("/completions", content=over)
+        chunked = http.post("/completions", content=iter([over[i:i + 65536] for i in range(0, len(over), 65536)]))
+    assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    for response in (declared, chunked):
+        err = _error_of(response, 413)
+        assert err["code"] == "request_too_large" and f"({limit} bytes)" in err["message"]
+        assert "--max-body-mb" in err["message"] and MAX_BODY_ENV in err["message"]
 
 
 # -- errors and the API key, in-process on a tiny random model -----------------------------------

@@ -26,6 +26,7 @@ from agentrl_core.config import SamplingConfig
 from agentrl_core.rollout.engine import Generation
 from agentrl_core.rollout.native.forward import PackedForward
 from agentrl_core.rollout.native.kv_cache import SlabKVCache
+from agentrl_core.rollout.native.prepack import prepack_setting
 from agentrl_core.rollout.native.sampler import SamplingParams, sample_rows
 from agentrl_core.rollout.native.scheduler import Request, Scheduler
 
@@ -77,6 +78,7 @@ class NativeEngine:
 
     def __init__(self, model: Any, tokenizer: Any, *, stop_token_ids: Sequence[int] = (), autocast: str = "float32",
                  kv_cache_mb: float | None = None, max_step_tokens: int = 2048, max_batch: int | None = None) -> None:
+        prepack_setting()  # a bad $AGENTRL_NATIVE_PREPACK fails here, not later as failed episodes
         self.model, self.autocast = model, autocast
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stop_ids = frozenset({int(tokenizer.eos_token_id), *map(int, stop_token_ids)})

@@ -8,10 +8,10 @@ follows transformers' Llama under autocast: the residual stream and the RMSNorm 
 float32, matmul inputs and outputs are in the compute dtype.
 
 On a CPU whose oneDNN build has it, each matrix can also be prepacked for oneDNN's matmul
-(the blocked layout PyTorch's own compiler uses for CPU inference): here that ran 2–3.4x faster
-than `F.linear` in float32 and 1.1–2x in bfloat16 at decode batch sizes, with bfloat16 results
-bit-identical. Whether it pays is measured once per process and shape family (`prepack_pays`),
-never assumed; the packed copy is what the engine holds then (fp32 included).
+(the blocked layout PyTorch's own compiler uses for CPU inference), with bfloat16 results
+bit-identical to `F.linear` and float32 ones different in the last bits. Whether it pays is measured once per machine
+and cached (agentrl_core.rollout.native.prepack), never assumed; the packed copy is what the engine
+holds then (fp32 included).
 
 Only plain modules qualify (nn.Linear projections, RMSNorm with `weight` and `variance_epsilon`,
 a gate/up/down MLP); LoRA-injected layers are not, and the forward then calls the modules under
@@ -23,19 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import logging
-import time
-
 import torch
 import torch.nn.functional as F
 
-log = logging.getLogger(__name__)
-
-PACK_BATCH_HINT = 64
-"""The batch size oneDNN lays a packed weight out for (decode batches and prefill chunks vary)."""
-PACK_MARGIN = 1.15
-"""Prepacking is used only when the probe is at least this many times faster than F.linear."""
-_pack_decisions: dict[tuple, bool] = {}
+from agentrl_core.rollout.native.prepack import pack_weight, prepack_pays
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
@@ -54,45 +45,6 @@ class Linear:
         if self.packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
-
-
-def _pack(weight: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(weight, PACK_BATCH_HINT)
-
-
-def prepack_pays(dtype: torch.dtype, shape: tuple[int, int], device: torch.device) -> bool:
-    """Whether a prepacked oneDNN matmul beats F.linear for a [out, in] = `shape` weight in `dtype` here:
-    measured once per process (best of a few calls at batch 16 and 256, after a warm-up)."""
-    key = (dtype, shape, device.type)
-    if key not in _pack_decisions:
-        _pack_decisions[key] = device.type == "cpu" and torch.backends.mkldnn.is_available() and _probe(dtype, shape)
-        log.info("native engine: oneDNN-prepacked weights %s for %s %s", "on" if _pack_decisions[key] else "off",
-                 dtype, shape)
-    return _pack_decisions[key]
-
-
-def _probe(dtype: torch.dtype, shape: tuple[int, int]) -> bool:
-    try:
-        w = torch.randn(shape, dtype=dtype)
-        packed = _pack(w)
-        plain = packed_time = 0.0
-        for rows in (16, 256):
-            x = torch.randn(rows, shape[1], dtype=dtype)
-            plain += _best_of(lambda: F.linear(x, w))
-            packed_time += _best_of(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
-        return plain >= PACK_MARGIN * packed_time
-    except (RuntimeError, AttributeError, NotImplementedError):  # no oneDNN, or no kernel for this dtype
-        return False
-
-
-def _best_of(fn: Callable[[], object], reps: int = 5) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 @dataclass
@@ -164,7 +116,7 @@ def plain_enough(model: Any) -> bool:
 def _linear(module: torch.nn.Linear, dtype: torch.dtype, pack: bool) -> Linear:
     w = module.weight.detach().to(dtype)
     b = module.bias.detach().to(dtype) if module.bias is not None else None
-    return Linear(None, b, _pack(w)) if pack else Linear(w, b)
+    return Linear(None, b, pack_weight(w)) if pack else Linear(w, b)
 
 
 def _norm(module: Any) -> Norm:
@@ -181,7 +133,7 @@ def _layer(layer: Any, dtype: torch.dtype, pack: bool) -> LayerWeights:
 
 def snapshot(model: Any, dtype: torch.dtype, *, prepack: bool | None = None) -> DecoderWeights | None:
     """The model's weights in `dtype` (fp32 unpacked: the model's own tensors), prepacked for oneDNN when
-    `prepack` (None: when `prepack_pays` measures that it does), or None if a module is not plain."""
+    `prepack` (None: the machine's cached verdict, `prepack_pays`), or None if a module is not plain."""
     if not plain_enough(model):
         return None
     mlp = model.model.layers[0].mlp.gate_proj.weight

@@ -1,0 +1,222 @@
+"""Results files of the benchmarks: each run's figures, raw console output, command, CPU, git revision and date.
+
+Every benchmark (and `bench/record_command.py` for what is not one: the demo, the test suite) runs
+its `main` through `run_recorded(name, main)`. The run's whole console output — its own prints, rich
+tables, logging, and its subprocesses' output, since file descriptors 1 and 2 are teed — is kept,
+and when the run ends well two files are written under `bench/results/`:
+
+- `<record>.json`: `{"bench", "record", "command", "argv", "cpu", "machine", "git_revision",
+  "git_dirty", "date", "wall_s", "allocator", "figures", ...}`, where `figures` are the numbers the
+  README may quote (`bench/readme_figures.py` renders its tables from these files only);
+- `<record>.txt`: the raw console output, headed by the command line.
+
+`<record>` defaults to the benchmark's name plus its arguments (`rollout`, `speed__steps-5`);
+`--record NAME` names it, `--no-record` writes nothing (both are taken out of argv before the
+benchmark parses it). A run that fails writes nothing, so a results file is always a complete run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "bench" / "results"
+SHOWN_ENV = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "AGENTRL_SYSTEM_MALLOC", "AGENTRL_FUZZ_EXAMPLES")
+"""Environment variables that change what a benchmark measures: shown in front of its recorded command."""
+
+
+class Recording:
+    """The figures and extra fields a benchmark reports while it runs (`report`), written when it ends."""
+
+    def __init__(self) -> None:
+        self.figures: dict[str, float] = {}
+        self.extra: dict[str, Any] = {}
+
+    def report(self, figures: dict[str, float], **extra: Any) -> None:
+        """Add figures (name -> number) and JSON-serialisable extra fields to this run's results."""
+        self.figures.update({k: float(v) for k, v in figures.items()})
+        self.extra.update(extra)
+
+
+_active: Recording | None = None
+
+
+def current() -> Recording | None:
+    """The recording of the benchmark running in this process (None outside `run_recorded`)."""
+    return _active
+
+
+class FdTee:
+    """Copies everything written to file descriptors 1 and 2 (this process and its children) into a buffer,
+    while still passing it through to the original stdout and stderr."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._saved: dict[int, int] = {}
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd in (1, 2):
+            self._saved[fd] = os.dup(fd)
+            read_end, write_end = os.pipe()
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            thread = threading.Thread(target=self._pump, args=(read_end, self._saved[fd]), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _pump(self, read_end: int, original: int) -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                os.write(original, chunk)
+                with self._lock:
+                    self._buf += chunk
+
+    def stop(self) -> str:
+        """Restore stdout/stderr and return what was written (children still holding the pipe are not waited
+        for beyond a few seconds)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in self._saved.items():
+            os.dup2(saved, fd)  # the pipe's last write end in this process closes: its pump sees EOF
+        for thread in self._threads:
+            thread.join(timeout=5)
+        for saved in self._saved.values():
+            os.close(saved)
+        with self._lock:
+            return self._buf.decode("utf-8", errors="replace")
+
+
+def split_record_args(argv: list[str]) -> tuple[list[str], str | None, bool]:
+    """(argv without --record NAME / --no-record, the NAME given or None, whether to record); nothing after a
+    bare "--" is looked at (it is a command's own arguments)."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    rest, name, record = [], None, True
+    it = iter(argv[:cut])
+    for arg in it:
+        if arg == "--no-record":
+            record = False
+        elif arg == "--record":
+            name = next(it, None)
+        elif arg.startswith("--record="):
+            name = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return rest + argv[cut:], name, record
+
+
+def default_record_name(bench: str, args: list[str]) -> str:
+    """`bench` plus a slug of its arguments: "rollout", "speed__compute-dtype-bfloat16" (at most 100 chars)."""
+    slug = re.sub(r"[^A-Za-z0-9.=]+", "-", " ".join(a.lstrip("-") for a in args)).strip("-")
+    name = f"{bench}__{slug}" if slug else bench
+    return name[:100].rstrip("-")
+
+
+def _check_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,120}", name):
+        raise SystemExit(f"--record {name!r}: use one file name of letters, digits, '.', '_', '=', '-'")
+    return name
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as a user types it in the repository root: shown env variables, the venv's python, the
+    script path relative to the root, the arguments."""
+    python = Path(sys.executable)
+    try:
+        python_shown = str(python.relative_to(ROOT))
+    except ValueError:
+        python_shown = "python"
+    script = Path(argv[0]).resolve()
+    try:
+        script_shown = str(script.relative_to(ROOT))
+    except ValueError:
+        script_shown = argv[0]
+    env = [f"{k}={shlex.quote(os.environ[k])}" for k in SHOWN_ENV if k in os.environ]
+    return " ".join([*env, python_shown, script_shown, *(shlex.quote(a) for a in argv[1:])])
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """(HEAD's commit, whether tracked files differ from it); (None, None) outside a git checkout."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+    return rev.stdout.strip(), bool(status.stdout.strip())
+
+
+def allocator_in_force() -> str:
+    """"tuned" when the tuned glibc malloc settings were in force at this process's start, else "system"."""
+    from agentrl_core import malloc_tuning
+
+    return "tuned" if malloc_tuning.in_force() else "system"
+
+
+def write_results(path_stem: Path, payload: dict[str, Any], console: str) -> None:
+    """`<stem>.json` and `<stem>.txt`, each written to a temporary name and renamed (never half a file)."""
+    path_stem.parent.mkdir(parents=True, exist_ok=True)
+    for suffix, text in ((".json", json.dumps(payload, indent=2) + "\n"),
+                         (".txt", f"$ {payload['command']}\n{console}")):
+        final = path_stem.with_suffix(suffix)
+        tmp = final.with_name(final.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, final)
+
+
+def run_recorded(bench: str, main: Callable[[], Any], results_dir: Path | None = None) -> Any:
+    """Run a benchmark's `main` with its console teed; on success write its results files (module docstring)."""
+    global _active
+    original_argv = list(sys.argv)
+    rest, name, record = split_record_args(sys.argv[1:])
+    sys.argv = [sys.argv[0], *rest]
+    if not record:
+        return main()
+    record_name = _check_name(name or default_record_name(bench, rest))
+    command = command_line(original_argv)  # --record NAME kept: the command writes the same file again
+    allocator = allocator_in_force()
+    _active, tee, start = Recording(), FdTee(), time.perf_counter()
+    tee.start()
+    try:
+        result = main()
+    except BaseException:
+        tee.stop()
+        raise
+    finally:
+        recording, _active = _active, None
+    console = tee.stop()
+    wall = time.perf_counter() - start
+    if not recording.figures and isinstance(result, int) and result != 0:
+        return result  # a failed run (its exit status) records nothing
+    if not recording.figures:
+        raise RuntimeError(f"benchmark {bench} reported no figures: nothing to record")
+    write_results((results_dir or RESULTS_DIR) / record_name,
+                  _payload(bench, record_name, command, rest, wall, allocator, recording), console)
+    print(f"[bench] results: {(results_dir or RESULTS_DIR).relative_to(ROOT) if results_dir is None else results_dir}"
+          f"/{record_name}.json (+ .txt)")
+    return result
+
+
+def _payload(bench: str, record: str, command: str, argv: list[str], wall: float, allocator: str,
+             recording: Recording) -> dict[str, Any]:
+    from agentrl_core.hardware import cpu_info
+
+    info = cpu_info()
+    revision, dirty = git_state()
+    return {"bench": bench, "record": record, "command": command, "argv": argv, "cpu": "CPU: " + info.describe(),
+            "machine": info.to_dict(), "git_revision": revision, "git_dirty": dirty,
+            "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+            "wall_s": round(wall, 2), "allocator": allocator, "figures": recording.figures, **recording.extra}
