@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # A token exported in the developer's shell would make every server the tests start refuse their plain clients;
 # the tests that need one set it themselves (run_token()).
 os.environ.pop("AGENTRL_SERVER_TOKEN", None)
+# Started as a background job (`cmd &`, nohup), this process and every child would inherit SIGINT ignored, and
+# the tests that send SIGINT would wait in vain: Python's usual handler here means children start with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
