@@ -11,7 +11,8 @@ def configure_local_prefect() -> None:
     """Set (unless the user already did) the environment Prefect reads at import time.
 
     Without PREFECT_API_URL a flow starts a temporary server; giving it its own PREFECT_HOME
-    and a longer start-up timeout keeps concurrent local runs from colliding (REFERENCE.md §2).
+    and a longer start-up timeout keeps concurrent local runs from colliding (Prefect's default of 20 s
+    is too short when several start at once).
     """
     defaults = {
         "PREFECT_HOME": str(agentrl_home() / "prefect"),

@@ -201,7 +201,7 @@ class DeepSpeedConfig(Section):
 
 class ExperienceConfig(Section):
     enabled: bool = False
-    """Retrieve experiences from the experience pool into the rollout context (ReMe's role in seed 000)."""
+    """Retrieve experiences from the experience pool into the rollout context (the role ReMe plays in AgentEvolver)."""
     url: SecretUrl | None = None
     """Base URL of a running experience pool (http://127.0.0.1:8001); None = the flow starts one
     (agentrl_core.experience.launch_experience_pool) and sets this for the stage. A secret setting

@@ -16,12 +16,13 @@ import fcntl
 import hashlib
 import json
 import logging
-import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from agentrl_core.atomic_file import write_text_atomic
+from agentrl_core.errors import DiskFullError
 from agentrl_core.hardware import CpuInfo, cpu_info
 from agentrl_core.models.store import agentrl_home
 
@@ -69,14 +70,7 @@ def write_entry(path: Path, key: str, entry: dict[str, Any]) -> None:
     name and renamed."""
     data = read_entries(path)
     data[key] = {"cpu": cpu_info().describe(), **entry, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written temporary file behind
-        raise
+    write_text_atomic(path, json.dumps(data, indent=1))  # a full disk leaves no half-written file behind
 
 
 @contextmanager
@@ -125,7 +119,7 @@ def cached_decision(name: str, key: str, measure: Callable[[], dict[str, Any]], 
         if keep(entry):
             try:
                 write_entry(path, key, entry)
-            except OSError as err:  # the run goes on; only the next process pays for another measurement
+            except (OSError, DiskFullError) as err:  # the run goes on; the next process measures again
                 log.warning("could not keep the %s decision in %s (%s: %s); the next process measures again",
                             name, path, type(err).__name__, err)
     return entry, False

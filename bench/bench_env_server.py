@@ -1,6 +1,6 @@
 """Load benchmark of the env server: N concurrent sessions stepping envs over HTTP, then a leak check.
 
-Phase 1 (load): `--sessions` concurrent sessions (default 256, as seed 000 runs 256 env workers),
+Phase 1 (load): `--sessions` concurrent sessions (default 256, as AgentEvolver's ALFWorld run uses 256 env workers),
 spread round-robin over `--envs` (default babyai and countdown), each resetting to a task and
 stepping with a cheap policy (an admissible action when the env lists them, else a fixed reply)
 for `--seconds` (bounded). Reports steps/s, step latency p50/p99 as the client saw it, and the
@@ -8,7 +8,7 @@ server's own figures from /metrics (its latency quantiles, the RSS of the server
 
 Phase 0 (baseline): the same policy stepping the same envs in one plain Python process, no
 server (round-robin over `--envs`), for `--baseline-seconds`; the load phase's steps/s is then
-reported as a multiple of it (REFERENCE §6 asks >= 1.8x one engine process on 2 cores).
+reported as a multiple of it (the target is >= 1.8x one engine process on 2 cores).
 
 `--think-ms` adds a pause between a session's steps (uniform in [0, 2*think], mean think), as an
 LLM's generation time does in training. With no pause (the default) every session steps as fast as

@@ -1,6 +1,6 @@
 """The algorithm family at equal wall time: GRPO, Dr.GRPO, RLOO, DAPO, OPMD (and R3L) from one SFT start.
 
-The laptop-sized version of seed 003's grid. One SFT warm-start (or --sft, an exported model),
+The laptop-sized version of the Trinity-RFT R3L grid (five algorithms). One SFT warm-start (or --sft, an exported model),
 then each algorithm trains from it for the same wall-time budget (trainer.max_minutes; steps is
 only a cap), and every result plays the same held-out tasks greedily. Prints a table of held-out
 success with 95% Wilson intervals, each algorithm against SFT and against GRPO as paired
@@ -48,7 +48,7 @@ ALGORITHMS = {
     "r3l": ["algorithm.advantage=r3l", "algorithm.policy_loss=opmd", "algorithm.loss_agg_mode=token-mean",
             "algorithm.r3l_retry=true"],
 }
-"""Each algorithm as recipe overrides of the algorithm section only (as seed 003's grid). R3L reflects and
+"""Each algorithm as recipe overrides of the algorithm section only (as in the Trinity-RFT R3L grid). R3L reflects and
 retries within an episode, so it applies to multi-turn recipes only (not to math_learn's one attempt)."""
 
 

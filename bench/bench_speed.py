@@ -1,6 +1,6 @@
 """Speed and memory of one GRPO step on the demo model: rollout and training tokens/s, step time, peak RSS.
 
-The work matches REFERENCE.md §6: SmolLM2-135M, 4 prompts x 4 samples x 64 new tokens, KL beta 0.04
+The work: SmolLM2-135M, 4 prompts x 4 samples x 64 new tokens, KL beta 0.04
 (reference model on). Prints a table; --json saves the figures and --baseline compares with a saved run
 (e.g. the same script on another commit, or another allocator/precision). --engine picks the rollout
 engine (auto = native here), --ppo-epochs and --old-logprobs measure what the engine's log-probs save.

@@ -1,6 +1,6 @@
 """Our GRPO step against TRL's GRPOTrainer on the same work, in one run, side by side.
 
-The work (REFERENCE.md §6): SmolLM2-135M-Instruct in fp32, 4 countdown prompts x 4 generations x
+The work: SmolLM2-135M-Instruct in fp32, 4 countdown prompts x 4 generations x
 64 new tokens, temperature 1, KL beta 0.04 (reference model on), lr 1e-6, 2 threads. The reward is
 countdown's (1 solved, 0.1 well-formed, else 0) plus 0.1·(i mod 3) for sample i, as
 bench_speed.py does, so advantages are never all zero. Each trainer runs in its own subprocess

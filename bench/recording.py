@@ -167,14 +167,11 @@ def allocator_in_force() -> str:
 
 
 def write_results(path_stem: Path, payload: dict[str, Any], console: str) -> None:
-    """`<stem>.json` and `<stem>.txt`, each written to a temporary name and renamed (never half a file)."""
-    path_stem.parent.mkdir(parents=True, exist_ok=True)
-    for suffix, text in ((".json", json.dumps(payload, indent=2) + "\n"),
-                         (".txt", f"$ {payload['command']}\n{console}")):
-        final = path_stem.with_suffix(suffix)
-        tmp = final.with_name(final.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, final)
+    """`<stem>.json` and `<stem>.txt`, each written whole or not at all."""
+    from agentrl_core.atomic_file import write_text_atomic
+
+    write_text_atomic(path_stem.with_suffix(".json"), json.dumps(payload, indent=2) + "\n")
+    write_text_atomic(path_stem.with_suffix(".txt"), f"$ {payload['command']}\n{console}")
 
 
 def run_recorded(bench: str, main: Callable[[], Any], results_dir: Path | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""The SFT pipeline (seed 002): supervised fine-tuning, export, then evaluation of the result."""
+"""The multi-turn SFT pipeline (as in verl for AgentGym): supervised fine-tuning, export, then evaluation of the result."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path):
 
 
 def test_the_former_cycles_stay_broken():
-    """The three cycles of issue 14: algorithms and config, the two storage backends, and the GRPO stage
+    """The three import cycles once found: algorithms and config, the two storage backends, and the GRPO stage
     and the Ray driver (the driver and its trainer worker now take the step's pieces from
     training/rollout_batch.py and training/step_context.py). Their fixes keep these edges out of the graph."""
     graph = import_graph()

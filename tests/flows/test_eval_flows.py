@@ -50,7 +50,7 @@ def test_flows_on_postgres_and_s3_by_configuration(prefect_harness, postgres_url
     for key, value in {"AWS_ACCESS_KEY_ID": s3_endpoint.access_key, "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret_key,
                        "AWS_DEFAULT_REGION": s3_endpoint.region}.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("TEST_REGISTRY_URL", db)  # a password never goes into a flow's parameters (issue 17)
+    monkeypatch.setenv("TEST_REGISTRY_URL", db)  # a password never goes into a flow's parameters
     store = ["store.registry_url=env:TEST_REGISTRY_URL", f"store.storage=s3://{bucket}/runs",
              f"store.s3_endpoint_url={s3_endpoint.url}"]
     result = train(recipe_file="household_grpo",

@@ -24,6 +24,7 @@ from agentrl_core.rollout.r3l import (
     run_r3l_episodes,
     turn_starts,
 )
+from tests.rollout.scripted import expert_plan
 
 TASK = 7  # household task 7: the expert solves it in 5 steps
 GUIDE = "GUIDEMARK clean the bowl first"
@@ -37,14 +38,7 @@ def chat(embedded_model_path: Path) -> ChatFormat:
 
 @pytest.fixture(scope="module")
 def plan() -> list[str]:
-    env = make("household")
-    env.reset(task_id=TASK)
-    actions = []
-    for _ in range(10):
-        actions.append(env.expert_action())
-        if env.step(actions[-1]).terminated:
-            return actions
-    raise AssertionError("the expert did not finish task 7")
+    return expert_plan(TASK)
 
 
 class ScriptedAgent:

@@ -38,7 +38,7 @@ def verl_gsm8k_rows() -> list[dict]:
 
 
 def agentgym_webshop_row() -> dict:
-    """The row format of seed 001 (verl + AgentGym WebShop): no split, the task id in session_id."""
+    """The row format of verl's WebShop GRPO over AgentGym: no split, the task id in session_id."""
     return {
         "data_source": "webshop",
         "prompt": [{"role": "system", "content": "<system_prompt>"},

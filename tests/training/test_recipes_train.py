@@ -1,4 +1,4 @@
-"""Every recipe in recipes/ trains for two GRPO steps (tiny model, real env server), and seed 003's
+"""Every recipe in recipes/ trains for two GRPO steps (tiny model, real env server), and the Trinity-RFT R3L grid's
 algorithm grid differs only in the algorithm section."""
 
 from __future__ import annotations

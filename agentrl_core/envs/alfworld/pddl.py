@@ -1,11 +1,12 @@
 """The PDDL writer: a Scene -> the problem text of ALFWorld's `alfred` domain, and its goal sentence.
 
-Authoring rules (REFERENCE §3.1): the rtype/otype constants the domain's actions name are declared
-in every problem; each receptacle stands at its own location and the agent starts at location 0,
-which has none; each object has both `inReceptacle` and `objectAtLocation`; capability predicates
-(`pickupable`, `heatable`, `coolable`, `cleanable`, `toggleable`, `openable`) decide which actions
-exist; `canContain <rtype> <otype>` allows putting an object kind into a receptacle kind. The goal
-formula and the sentence come from ALFWorld's own goal library (`alfworld/gen/goal_library.py`).
+Authoring rules (checked by generating, planning and replaying every task type): the rtype/otype
+constants the domain's actions name are declared in every problem; each receptacle stands at its own
+location and the agent starts at location 0, which has none; each object has both `inReceptacle` and
+`objectAtLocation`; capability predicates (`pickupable`, `heatable`, `coolable`, `cleanable`,
+`toggleable`, `openable`) decide which actions exist; `canContain <rtype> <otype>` allows putting an
+object kind into a receptacle kind. The goal formula and the sentence come from ALFWorld's own goal
+library (`alfworld/gen/goal_library.py`).
 """
 
 from __future__ import annotations
