@@ -4,8 +4,7 @@ What the settings are and why they apply to the training process only: agentrl_c
 glibc reads them only at process start, hence the re-exec; the re-executed process then removes
 them from its environment (`adopt`), so the Prefect server, env servers and their workers, the
 experience pool and a model server it starts use glibc's default and hand memory back to the OS.
-Measured here before: a bf16 GRPO step went from 30.0 s to 22.7 s (bench/bench_speed.py) for 7 %
-more peak RSS.
+What it buys, in step time and peak memory: `.venv/bin/python bench/bench_allocator.py` (a README row).
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ class ModelConfig(Section):
     compute_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Matmul precision (autocast over the `dtype` weights). auto: decided once per machine by what the
     hardware supports and a short measurement of this model, then cached (agentrl_core.models.compute);
-    bfloat16 is about 2x faster on CPUs with AVX512-BF16/AMX and several times slower on AVX2-only CPUs."""
+    bfloat16 is faster on CPUs with AVX512-BF16/AMX (bench/bench_compute_dtype.py measures by how much)
+    and several times slower on AVX2-only CPUs."""
     cpu_threads: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     """torch intra-op threads on the CPU. auto: the CPUs this process may use (its affinity mask and a
     cgroup quota), not torch's default of every physical core of the host."""

@@ -1,10 +1,11 @@
 """glibc malloc tuned for the training process only: set at its start, then kept out of its children.
 
-By default glibc serves large buffers with mmap and unmaps them on free, so every training step
-faults the same memory back in (measured with this model: about a quarter of CPU time in a GRPO step). With
-mmap off and trimming off, freed tensor buffers are reused instead, but that memory is then never
-handed back to the OS. That pays in the process that trains, and only there: a Prefect server, an
-env server and its workers, an experience pool or a model server would hold their peak forever.
+By default glibc serves large buffers with mmap and unmaps them on free, so every training step faults
+the same memory back in (page faults are a large share of a CPU GRPO step's time; what the tuning buys
+is measured by bench/bench_allocator.py). With mmap off and trimming off, freed tensor buffers are
+reused instead, but that memory is then never handed back to the OS. That pays in the process that
+trains, and only there: a Prefect server, an env server and its workers, an experience pool or a model
+server would hold their peak forever.
 
 glibc reads these variables once, when a process starts. So a process that should be tuned is
 started with them (the CLI re-executes itself, `agentrl.allocator`; the Ray trainer actor gets them
