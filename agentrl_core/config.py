@@ -418,8 +418,8 @@ class TrainerConfig(Section):
     """Validate every N steps (verl's test_freq): greedy success on `val_tasks` held-out tasks, logged as
     val/* beside the training metrics (and once before the first step); 0 = off."""
     val_tasks: int = Field(64, ge=1)
-    """Tasks of the test split used for validation: the ones after the final evaluation's, so choosing the
-    best checkpoint never looks at the tasks it is finally scored on."""
+    """Validation tasks: the last `val_tasks` ids of the train split the run does not train on, so settings
+    and the best checkpoint are chosen on the training range and the test split is scored only once."""
     export_best: bool = False
     """Keep the checkpoint with the best validation success (grpo/best/) and export and evaluate it as
     "grpo-best" beside the last one (needs val_every > 0)."""

@@ -58,13 +58,13 @@ def math_keys(kwargs: dict[str, Any]) -> ContentKeys:
 def household_keys(kwargs: dict[str, Any]) -> ContentKeys:
     """Content keys of the `household` env built with `kwargs` (its difficulty decides the scenes)."""
     from agentrl_core.envs.household.env import Household
-    from agentrl_core.envs.household.generate import make_scene
+    from agentrl_core.envs.household.generate import make_scene, scene_key
 
     difficulty = Household(**kwargs).difficulty
 
     def keys(task_id: int) -> dict[str, Hashable]:
         scene, _ = make_scene(task_id, difficulty)
-        layout = (scene.rooms, scene.receptacles, scene.objects, scene.start)
+        layout = scene_key(scene)
         return {"goal": scene.goal_text(), "scene": layout, "scene with goal": (layout, scene.goal, scene.task_type)}
     return keys
 

@@ -1,8 +1,9 @@
 """Validation during training (verl's test_freq): held-out success every N steps, and the best checkpoint kept.
 
-The validation tasks are the test split's tasks right after the final evaluation's
-(`env.test_tasks` or `env.test_ids`), so picking the best checkpoint never peeks at the tasks
-it is finally scored on. The policy plays them greedily (the evaluation's sampling) through the
+The validation tasks come from the training range and are never trained on: the last
+`trainer.val_tasks` ids of the env's train split that the run's training tasks (`env.train_tasks`,
+`env.train_ids` or the task file) leave out. Settings and the best checkpoint are chosen on them,
+never on the test split, which is scored once, by the final evaluation. The policy plays them greedily (the evaluation's sampling) through the
 rollout engine itself; the result is logged as val/* metrics of the step. With
 `trainer.export_best` the checkpoint with the highest validation success is kept in
 `<stage>/best/` (our checkpoint layout, written atomically); `best.json` beside it says which
@@ -32,16 +33,23 @@ BEST_DIR = "best"
 
 
 def validation_ids(cfg: RecipeConfig, client: EnvClient) -> list[int]:
-    """`trainer.val_tasks` test-split tasks that the final evaluation does not use (first ones first)."""
-    scored = set(resolve_task_ids(cfg.env, client, "test"))
-    rest = [t for t in client.task_ids(cfg.env.name, "test") if t not in scored]
+    """The last `trainer.val_tasks` train-split ids the run does not train on (in split order)."""
+    return held_back_ids(client.task_ids(cfg.env.name, "train"), resolve_task_ids(cfg.env, client, "train"),
+                         cfg.trainer.val_tasks, cfg.env.name)
+
+
+def held_back_ids(train_split: list[int], trained: list[int], n: int, env: str) -> list[int]:
+    """The last `n` ids of `train_split` not in `trained`: a validation split from the training range."""
+    used = set(trained)
+    rest = [t for t in train_split if t not in used]
     if not rest:
-        raise ConfigError(f"trainer.val_every needs test tasks the final evaluation does not use, but "
-                          f"{cfg.env.name!r}'s test split has none left; lower env.test_tasks or set trainer.val_every=0")
-    if len(rest) < cfg.trainer.val_tasks:
-        log.warning("validation uses %d tasks (trainer.val_tasks=%d): the test split has no more beside the "
-                    "evaluation's", len(rest), cfg.trainer.val_tasks)
-    return rest[:cfg.trainer.val_tasks]
+        raise ConfigError(f"trainer.val_every needs training-range tasks the run does not train on, but the run "
+                          f"trains on all of {env!r}'s {len(train_split)} train ids; lower env.train_tasks "
+                          "(or narrow env.train_ids) or set trainer.val_every=0")
+    if len(rest) < n:
+        log.warning("validation uses %d tasks (trainer.val_tasks=%d): the train split has no more the run "
+                    "does not train on", len(rest), n)
+    return rest[-n:]
 
 
 def is_due(cfg: RecipeConfig, step: int) -> bool:

@@ -262,3 +262,27 @@ def test_observations_stay_short() -> None:
             if result.terminated or result.truncated:
                 break
     assert sum(words) / len(words) < 60
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"max_steps": 8, "two_room_prob": 0.0, "max_receptacles": 4, "max_objects": 3}])
+def test_no_test_scene_is_a_training_scene(kwargs: dict) -> None:
+    from agentrl_core.envs.household.generate import TEST_IDS, scene_key
+    from agentrl_core.tasksets.partition import content_part
+
+    diff = Household(**kwargs).difficulty
+    train = {scene_key(make_scene(i, diff)[0]) for i in range(2000)}
+    test = [scene_key(make_scene(i, diff)[0]) for i in TEST_IDS[:200]]
+    assert not train & set(test)
+    assert {content_part(k) for k in test} == {"test"} and {content_part(k) for k in train} == {"train"}
+    assert len(set(test)) > 150  # the test part is not a handful of scenes played over and over
+
+
+def test_content_part_is_stable_and_rejects_a_bad_share() -> None:
+    from agentrl_core.tasksets.partition import content_part
+
+    keys = [("kitchen", i) for i in range(4000)]
+    parts = [content_part(k) for k in keys]
+    assert parts == [content_part(k) for k in keys] and 350 < parts.count("test") < 650  # about 1 in 8
+    assert content_part(("kitchen", 0)) == "train" and content_part(("kitchen", 8)) == content_part(("kitchen", 8))
+    with pytest.raises(ValueError, match="share must be >= 2"):
+        content_part("x", share=1)

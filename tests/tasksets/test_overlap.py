@@ -32,6 +32,6 @@ def test_math_arithmetic_of_a_test_task_is_found_in_training() -> None:
 def test_a_recipe_reports_every_level_and_finer_levels_share_less() -> None:
     rows = {r.level: r for r in recipe_overlap("household_grpo", ["env.test_tasks=50", "env.train_tasks=300"])}
     assert set(rows) == {"goal", "scene", "scene with goal"} and all(r.n_test == 50 for r in rows.values())
-    assert rows["scene with goal"].shared <= rows["scene"].shared <= 50
+    assert rows["scene with goal"].shared == rows["scene"].shared == 0 < rows["goal"].shared  # scenes: held out
     with pytest.raises(ValueError, match="no content check for env 'countdown'"):
         content_keys("countdown", {})

@@ -1,4 +1,4 @@
-"""Validation during GRPO: val/* metrics every N steps on tasks the final evaluation does not use, the best kept."""
+"""Validation during GRPO: val/* metrics every N steps on training-range tasks never trained on, the best kept."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from agentrl_core.envs import EnvClient
 from agentrl_core.recipes import load_recipe
 from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.training.grpo import train_grpo
-from agentrl_core.training.validation import BestCheckpoint, best_checkpoint, is_due, validation_ids
+from agentrl_core.errors import ConfigError
+from agentrl_core.training.validation import BestCheckpoint, best_checkpoint, held_back_ids, is_due, validation_ids
 from tests.training.test_recipes_train import tiny
 
 
@@ -21,12 +22,18 @@ def _cfg(model: Path, root: Path, *extra: str):
                                                               "env.test_tasks=4", "trainer.val_tasks=6", *extra])
 
 
-def test_validation_tasks_are_not_the_evaluation_tasks(tiny_model_path: Path, env_server_url: str, tmp_path: Path):
-    cfg = _cfg(tiny_model_path, tmp_path, "trainer.val_every=1")
+def test_validation_tasks_come_from_the_training_range_and_are_never_trained_on(
+        tiny_model_path: Path, env_server_url: str, tmp_path: Path):
+    cfg = _cfg(tiny_model_path, tmp_path, "trainer.val_every=1", "env.train_tasks=20")
     with EnvClient(env_server_url) as client:
-        ids, scored = validation_ids(cfg, client), resolve_task_ids(cfg.env, client, "test")
-        split = client.task_ids("countdown", "test")
-    assert len(ids) == 6 and not set(ids) & set(scored) and set(ids) <= set(split)
+        ids, trained = validation_ids(cfg, client), resolve_task_ids(cfg.env, client, "train")
+        train_split, test_split = client.task_ids("countdown", "train"), client.task_ids("countdown", "test")
+        ranged = validation_ids(_cfg(tiny_model_path, tmp_path, "trainer.val_every=1", "env.train_ids=0-9,50-59"),
+                                client)
+    assert len(ids) == 6 and set(ids) <= set(train_split) and not set(ids) & set(trained)
+    assert not set(ids) & set(test_split)
+    assert ids == list(train_split)[-6:]  # the tail of the range: more training tasks do not move it
+    assert ranged == list(train_split)[-6:]
     assert [is_due(_cfg(tiny_model_path, tmp_path, "trainer.val_every=2"), s) for s in range(4)] == [
         True, False, True, True]  # before training, every 2 steps, and the last step
 
@@ -51,6 +58,12 @@ def test_grpo_logs_validation_and_keeps_the_best_checkpoint(tiny_model_path: Pat
     out = export_hf(found, tmp_path / "export" / "grpo-best")
     assert (out / "config.json").is_file()
     assert BestCheckpoint(stage).step == first_best  # a resumed run compares against it
+
+
+def test_validation_needs_untrained_training_range_tasks():
+    assert held_back_ids([1, 2, 3, 4], [1, 4], 5, "toy") == [2, 3]
+    with pytest.raises(ConfigError, match="lower env.train_tasks"):
+        held_back_ids([1, 2], [2, 1], 4, "toy")
 
 
 def test_export_best_needs_validation(tiny_model_path: Path, tmp_path: Path):

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.household.expert import search
-from agentrl_core.envs.household.generate import TASK_TYPES, Difficulty, make_scene
+from agentrl_core.envs.household.generate import TASK_TYPES, TEST_IDS, TRAIN_IDS, Difficulty, make_scene
 from agentrl_core.envs.household.world import (
     Action,
     Scene,
@@ -22,8 +22,6 @@ from agentrl_core.envs.household.world import (
 from agentrl_core.envs.registry import register
 from agentrl_core.errors import ResetNeededError, TaskNotFoundError
 
-TRAIN_IDS = range(0, 10_000)
-TEST_IDS = range(10_000, 10_500)
 NOTHING = "Nothing happens."
 _SPACES = re.compile(r"\s+")
 _PUT = re.compile(r"^put (.+?) (?:in/on|in|on) (.+)$")
@@ -51,9 +49,11 @@ class Household(Env):
     Reward 1.0 and terminated when the goal holds; 0 otherwise; truncated after `max_steps`.
     A task id fixes the scene (the reset `seed` is unused); the scene also depends on the
     difficulty kwargs, and every scene is solvable within `max_steps` (checked by the expert).
+    Version 2: test scenes come from a part of the scene space no training id draws from.
     """
 
     name = "household"
+    version = 2
     splits = {"train": TRAIN_IDS, "test": TEST_IDS}  # train [0, 10000), test [10000, 10500)
     action_format = "One action from the Actions line per reply, e.g. 'go to cabinet 1'."
     system_prompt = "You are a household robot. Reply with exactly one action from the Actions line, nothing else."

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from agentrl_core.envs.household.expert import search
+from agentrl_core.tasksets.partition import fits_part
 from agentrl_core.envs.household.world import (
     APPLIANCE_FOR,
     CAPABILITIES,
@@ -22,6 +23,8 @@ from agentrl_core.envs.household.world import (
 )
 
 TASK_TYPES = ("put", "clean", "heat", "cool")
+TRAIN_IDS = range(0, 10_000)
+TEST_IDS = range(10_000, 10_500)
 
 
 @dataclass(frozen=True)
@@ -138,13 +141,23 @@ def draw_scene(rng: random.Random, diff: Difficulty) -> Scene | None:
     return Scene(rooms, receptacles, objects, start, goal, task_type)
 
 
+def scene_key(scene: Scene) -> tuple:
+    """What makes a scene the same scene: rooms, receptacles, objects and where everything starts (no goal)."""
+    return (scene.rooms, scene.receptacles, scene.objects, scene.start)
+
+
 @lru_cache(maxsize=2048)
 def make_scene(task_id: int, diff: Difficulty) -> tuple[Scene, int]:
-    """The scene of `task_id` and its shortest plan length (1 <= length <= diff.max_plan)."""
+    """The scene of `task_id` and its shortest plan length (1 <= length <= diff.max_plan).
+
+    Test ids draw only scenes of the test part of the scene space and train ids only of the train
+    part (`tasksets.partition`), so no test scene is ever a training scene, whatever the ids.
+    """
     rng = random.Random(f"household-v1:{task_id}")
+    held_out = task_id in TEST_IDS
     for _ in range(1000):
         scene = draw_scene(rng, diff)
-        if scene is None:
+        if scene is None or not fits_part(scene_key(scene), held_out):
             continue
         plan = search(scene, scene.start, limit=diff.max_plan)
         if plan:  # [] would mean the goal already holds; None that it is out of reach
