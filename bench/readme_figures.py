@@ -4,7 +4,9 @@
 quotes (`result:`, a record name of `bench/recording.py`) and the text of each cell as a template whose
 `{figure}` or `{figure|format}` fields are that file's figures (`format`: a Python format spec such as
 `.1f`; `pct` for a fraction shown as a percentage with one decimal, `signed_pct` as signed points; a
-text figure is put in as it is). Every table also gets the CPU
+text figure is put in as it is). A row's `flatten: [field, ...]` also offers those extra fields of the
+results file as figures named by their path (`comparisons/gigpo-seed0-sft-seed0/low`,
+`tests/sft-seed0/success_rate`; list items named as `bench/record_command.py` names them). Every table also gets the CPU
 the row was measured on and the command that printed it, both read from the results file.
 In the README a table sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`.
 
@@ -23,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.record_command import flatten  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "bench" / "figures.yaml"
@@ -79,6 +84,10 @@ def render_row(row: dict[str, Any], columns: list[str], results: Path) -> str:
     result = load_result(record, results)
     args = {f"args/{k}": str(v) for k, v in (result.get("args") or {}).items()}
     figures = {**args, **(result.get("texts") or {}), **(result.get("figures") or {})}
+    for key in row.get("flatten", ()):  # extra fields of the results (e.g. "tests", "comparisons") as figures
+        if key not in result:
+            raise FiguresError(f"row {row.get(columns[0], record)!r}: the results {record} have no field {key!r}")
+        figures |= flatten(result[key], key)
     cells = []
     for col in columns:
         if col == "CPU":

@@ -59,6 +59,19 @@ def test_a_changed_figure_makes_the_readme_disagree(tmp_path: Path) -> None:
     assert changed != rendered and "9.0 s" in changed
 
 
+def test_a_row_can_quote_extra_fields_of_the_results(tmp_path: Path) -> None:
+    results = _results(tmp_path, {"a": 1.0}, comparisons=[{"a": "rl", "b": "sft", "low": 0.051, "verdict": "rl > sft"}],
+                       tests={"sft": {"success_rate": 0.25}})
+    row = {"what": "gain", "figure": "{comparisons/rl-sft/low|signed_pct} ({comparisons/rl-sft/verdict}), "
+                                     "{tests/sft/success_rate|pct}", "result": "one", "flatten": ["comparisons", "tests"]}
+    spec = {"tables": {"t": {"columns": ["what", "figure"], "rows": [row]}}}
+    out = rf.render_readme("<!-- figures:t -->\n<!-- /figures:t -->\n", spec, results)
+    assert "| gain | +5.1 (rl > sft), 25.0% |" in out
+    row["flatten"] = ["nothing"]
+    with pytest.raises(rf.FiguresError, match="no field 'nothing'"):
+        rf.render_readme("<!-- figures:t -->\n<!-- /figures:t -->\n", spec, results)
+
+
 def test_a_row_without_results_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(rf.FiguresError, match="no results file .*--record one"):
         rf.render_readme("<!-- figures:t -->\n<!-- /figures:t -->\n", SPEC, tmp_path)

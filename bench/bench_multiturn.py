@@ -1,0 +1,303 @@
+"""Does RL make an *agent* better over many turns? A held-out benchmark with the SFT start chosen on validation.
+
+Per seed s (trainer.seed = s decides the demos drawn, their order and the RL samples: the whole pipeline):
+1. SFT start: each `--sft-grid` setting (demos x epochs) trains from the base model and plays the
+   validation tasks greedily: train-split ids the run never trains on (`training.validation.held_back_ids`).
+   The best validation success wins, a tie going to the faster setting. The grid runs for the first seed;
+   later seeds reuse its choice (a setting is chosen once, on validation, never on the test split).
+2. RL: each of `--algorithms` (e.g. grpo, gigpo) trains from that SFT start for the same wall time
+   (`trainer.max_minutes = --rl-minutes`), validating every `--val-every` steps (the curve in the plot).
+3. SFT control: SFT given the RL stage's extra wall time, t_control ~ t_sft + t_rl: the chosen epochs
+   over demos x (t_sft + t_rl) / t_sft expert episodes (more data, the best use of the time for SFT).
+4. Every model plays the same `--test-tasks` test tasks greedily, once (the base model for the first seed).
+
+Prints each model's success with its 95% Wilson interval, and paired differences on the same tasks
+(Newcombe's interval, McNemar's exact p): each RL model vs its SFT start, GiGPO vs GRPO, each RL model vs
+the SFT control; success per task type; the training reward (first/last quarter) and validation
+success (first/last) per run. Plot: `<root>/curves.png`.
+
+    .venv/bin/python bench/bench_multiturn.py [--recipe household_learn] [--seeds 0 1] [--rl-minutes 10]
+        [--sft-grid 16x2 32x2] [--algorithms gigpo grpo] [--all-arms-seeds N] [--test-tasks 200]
+        [--val-tasks 64] [KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
+from bench._common import print_table, save_json  # noqa: E402
+from bench.bench_learning import quarter_means, reward_curve  # noqa: E402
+from bench.recording import run_recorded  # noqa: E402
+from agentrl_core.checkpoints import export_hf  # noqa: E402
+from agentrl_core.envs import EnvClient, launch_server  # noqa: E402
+from agentrl_core.evaluation.metrics import EvalSummary  # noqa: E402
+from agentrl_core.evaluation.runner import evaluate_model  # noqa: E402
+from agentrl_core.evaluation.stats import Comparison, compare  # noqa: E402
+from agentrl_core.hardware import describe_cpu  # noqa: E402
+from agentrl_core.models import resolve_model  # noqa: E402
+from agentrl_core.models.compute import resolve_compute_settings  # noqa: E402
+from agentrl_core.recipes import load_recipe  # noqa: E402
+from agentrl_core.tasksets import resolve_task_ids  # noqa: E402
+from agentrl_core.training.grpo import train_grpo  # noqa: E402
+from agentrl_core.training.metrics import read_metrics  # noqa: E402
+from agentrl_core.training.sft import train_sft  # noqa: E402
+from agentrl_core.training.validation import held_back_ids  # noqa: E402
+
+ADVANTAGE = {"grpo": ["algorithm.advantage=grpo"], "gigpo": ["algorithm.advantage=gigpo"]}
+"""Algorithm name -> its overrides on the recipe, always explicit: the recipe's own estimator may be either
+(gigpo keeps the recipe's gamma and step weight)."""
+
+
+@dataclass(frozen=True)
+class SftSetting:
+    demos: int
+    epochs: int
+
+    @classmethod
+    def parse(cls, text: str) -> SftSetting:
+        demos, sep, epochs = text.partition("x")
+        if not sep or not demos.isdigit() or not epochs.isdigit() or int(demos) < 1 or int(epochs) < 1:
+            raise argparse.ArgumentTypeError(f"bad SFT setting {text!r}: write DEMOSxEPOCHS, e.g. 32x2")
+        return cls(int(demos), int(epochs))
+
+    def overrides(self) -> list[str]:
+        return [f"sft.demos={self.demos}", f"sft.epochs={self.epochs}"]
+
+    def __str__(self) -> str:
+        return f"{self.demos}x{self.epochs}"
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipe", default="household_learn")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--sft-grid", type=SftSetting.parse, nargs="+", default=[SftSetting(32, 2), SftSetting(64, 2)])
+    p.add_argument("--algorithms", nargs="+", choices=sorted(ADVANTAGE), default=["gigpo", "grpo"])
+    p.add_argument("--rl-minutes", type=float, default=10.0, help="wall time of each RL run (equal for all)")
+    p.add_argument("--test-tasks", type=int, default=200, help="held-out test tasks every model plays once")
+    p.add_argument("--val-tasks", type=int, default=64, help="validation tasks (training range, never trained on)")
+    p.add_argument("--val-every", type=int, default=5, help="validate the RL policy every N steps (0: never)")
+    p.add_argument("--no-control", action="store_true", help="skip the SFT control")
+    p.add_argument("--all-arms-seeds", type=int, default=None,
+                   help="the first N seeds run every algorithm and the SFT control; later seeds only the first "
+                        "algorithm (default: every seed runs every arm)")
+    p.add_argument("--root", default="runs/bench-multiturn")
+    p.add_argument("--json")
+    p.add_argument("overrides", nargs="*")
+    return p.parse_args()
+
+
+class Bench:
+    """One env server, the recipe's settings, and every model's test and validation results."""
+
+    def __init__(self, args: argparse.Namespace, url: str, dtype: str) -> None:
+        self.args, self.url, self.dtype = args, url, dtype
+        self.common = [*args.overrides, f"env.test_tasks={args.test_tasks}", f"run.root={args.root}",
+                       f"trainer.val_tasks={args.val_tasks}", f"model.compute_dtype={dtype}"]
+        cfg = self.cfg("probe", 0)
+        with EnvClient(url) as client:
+            self.val_ids = held_back_ids(client.task_ids(cfg.env.name, "train"),
+                                         resolve_task_ids(cfg.env, client, "train"), args.val_tasks, cfg.env.name)
+            self.test_ids = resolve_task_ids(cfg.env, client, "test")
+        self.tests: dict[str, EvalSummary] = {}
+        self.minutes: dict[str, float] = {}
+        self.validation: dict[str, float] = {}
+
+    def cfg(self, name: str, seed: int, *extra: str):
+        return load_recipe(self.args.recipe, [*self.common, f"run.name={name}", f"trainer.seed={seed}", *extra])
+
+    def play(self, cfg, model: Path, ids: list[int], label: str) -> EvalSummary:
+        return evaluate_model(model, env_name=cfg.env.name, env_url=self.url, cfg=cfg.eval, n_tasks=len(ids),
+                              task_ids=ids, max_turns=cfg.env.max_turns,
+                              max_context_tokens=cfg.rollout.max_context_tokens, autocast=cfg.model.compute_dtype,
+                              engine=cfg.rollout.engine, out_dir=Path(self.args.root) / "eval" / label)
+
+    def sft(self, name: str, seed: int, setting: SftSetting, base: Path) -> Path:
+        cfg = self.cfg(name, seed, *setting.overrides())
+        t = time.time()
+        model = export_hf(Path(train_sft(cfg, init_model=base, env_url=self.url).checkpoint), cfg.run_dir / "export")
+        self.minutes[name] = (time.time() - t) / 60
+        return model
+
+    def choose_sft(self, seed: int, base: Path) -> tuple[SftSetting, Path]:
+        """Train every grid setting and keep the best on validation (ties: the faster)."""
+        scored = []
+        for setting in self.args.sft_grid:
+            name = f"sft{setting}-seed{seed}"
+            model = self.sft(name, seed, setting, base)
+            val = self.play(self.cfg(name, seed), model, self.val_ids, f"val-{name}")
+            self.validation[name] = val.success_rate
+            print(f"SFT {setting} (seed {seed}): validation {val.success_text()}, {self.minutes[name]:.1f} min",
+                  flush=True)
+            scored.append((val.success_rate, -self.minutes[name], setting, model))
+        _, _, setting, model = max(scored, key=lambda row: row[:2])
+        return setting, model
+
+    def rl(self, algorithm: str, seed: int, sft: Path) -> Path:
+        name = f"{algorithm}-seed{seed}"
+        cfg = self.cfg(name, seed, *ADVANTAGE[algorithm], "trainer.steps=1000", "trainer.save_every=1000",
+                       f"trainer.max_minutes={self.args.rl_minutes}", f"trainer.val_every={self.args.val_every}")
+        t = time.time()
+        ckpt = train_grpo(cfg, init_model=sft, env_url=self.url).checkpoint
+        self.minutes[name] = (time.time() - t) / 60
+        return export_hf(Path(ckpt), cfg.run_dir / "export")
+
+    def test(self, label: str, seed: int, model: Path) -> None:
+        self.tests[label] = self.play(self.cfg(label, seed), model, self.test_ids, label)
+        print(f"{label}: test {self.tests[label].success_text()}", flush=True)
+
+
+def run_seed(bench: Bench, seed: int, base: Path, chosen: SftSetting | None, all_arms: bool) -> SftSetting:
+    """The whole pipeline for one seed: SFT start, RL runs, SFT control (all_arms), test scores."""
+    if chosen is None:
+        chosen, sft = bench.choose_sft(seed, base)
+        sft_label = f"sft{chosen}-seed{seed}"
+    else:
+        sft_label = f"sft{chosen}-seed{seed}"
+        sft = bench.sft(sft_label, seed, chosen, base)
+    bench.test(f"sft-seed{seed}", seed, sft)
+    rl_minutes = []
+    for algorithm in bench.args.algorithms if all_arms else bench.args.algorithms[:1]:
+        bench.test(f"{algorithm}-seed{seed}", seed, bench.rl(algorithm, seed, sft))
+        rl_minutes.append(bench.minutes[f"{algorithm}-seed{seed}"])
+    if all_arms and not bench.args.no_control:
+        scale = (bench.minutes[sft_label] + max(rl_minutes)) / bench.minutes[sft_label]
+        control = SftSetting(round(chosen.demos * scale), chosen.epochs)
+        bench.test(f"sft-control-seed{seed}", seed, bench.sft(f"sftcontrol{control}-seed{seed}", seed, control, base))
+    return chosen
+
+
+def curves(bench: Bench) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """Per RL run: the training reward and the validation success per step."""
+    out = {}
+    for name in bench.minutes:
+        stage = Path(bench.args.root) / name / "grpo"
+        if (stage / "metrics.jsonl").is_file():
+            rows = read_metrics(stage / "metrics.jsonl")
+            out[name] = {"reward": [(r["step"], r["reward_mean"]) for r in rows if "reward_mean" in r],
+                         "validation": [(r["step"], r["val/success_rate"]) for r in rows if "val/success_rate" in r]}
+    return out
+
+
+def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], out: Path) -> None:
+    from agentrl_core.evaluation.plots import plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, series in runs.items():
+        for ax, key in ((left, "reward"), (right, "validation")):
+            if series[key]:
+                ax.plot(*zip(*series[key]), marker="o", markersize=3, label=name)
+    left.set(xlabel="RL step", ylabel="rollout reward (train tasks)", title="training reward")
+    right.set(xlabel="RL step", ylabel="greedy success (validation)", title="validation success")
+    left.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def task_types(env: str, kwargs: dict, ids: list[int]) -> dict[int, str] | None:
+    """Task id -> task type, for envs whose generator says it (household, generated ALFWorld); else None."""
+    if env == "household":
+        from agentrl_core.envs.household import Household
+        from agentrl_core.envs.household.generate import make_scene
+
+        difficulty = Household(**kwargs).difficulty
+        return {t: make_scene(t, difficulty)[0].task_type for t in ids}
+    if env == "alfworld" and "data_dir" not in kwargs:
+        from agentrl_core.envs.alfworld.dataset import DEFAULT_DIFFICULTY
+        from agentrl_core.envs.alfworld.scene import task_type_of
+
+        return {t: task_type_of(t, DEFAULT_DIFFICULTY) for t in ids}
+    return None
+
+
+def comparisons(bench: Bench) -> list[Comparison]:
+    """Each RL model vs its SFT start and vs the SFT control; GiGPO vs GRPO; per seed."""
+    out = []
+    for seed in bench.args.seeds:
+        rl = [f"{a}-seed{seed}" for a in bench.args.algorithms]
+        pairs = [(m, f"sft-seed{seed}") for m in rl] + [(m, f"sft-control-seed{seed}") for m in rl]
+        if "gigpo" in bench.args.algorithms and "grpo" in bench.args.algorithms:
+            pairs.append((f"gigpo-seed{seed}", f"grpo-seed{seed}"))
+        out += [compare(bench.tests[a].task_success, bench.tests[b].task_success, (a, b))
+                for a, b in pairs if a in bench.tests and b in bench.tests]
+    return out
+
+
+def by_type(bench: Bench, types: dict[int, str] | None) -> dict[str, dict[str, float]]:
+    """Success per task type of every tested model."""
+    if not types:
+        return {}
+    table: dict[str, dict[str, float]] = defaultdict(dict)
+    for label, summary in bench.tests.items():
+        for kind in sorted(set(types.values())):
+            scores = [s for t, s in summary.task_success.items() if types.get(t) == kind]
+            table[label][f"{kind} (n={len(scores)})"] = sum(scores) / len(scores) if scores else float("nan")
+    return dict(table)
+
+
+def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
+    args, cfg = bench.args, bench.cfg("probe", 0)
+    figures = {f"{label}_success": s.success_rate for label, s in bench.tests.items()}
+    comps = comparisons(bench)
+    figures.update({f"{c.a}_minus_{c.b}": c.diff for c in comps})
+    runs = curves(bench)
+    for name, series in runs.items():
+        first, last = quarter_means([r for _, r in series["reward"]])
+        figures[f"reward_first_quarter ({name})"], figures[f"reward_last_quarter ({name})"] = first, last
+        if series["validation"]:
+            figures[f"val_first ({name})"] = series["validation"][0][1]
+            figures[f"val_last ({name})"] = series["validation"][-1][1]
+    figures.update({f"validation_{k}": v for k, v in bench.validation.items()})
+    figures.update({f"minutes_{k}": v for k, v in bench.minutes.items()})
+    figures["minutes_total"] = wall_s / 60
+    print(describe_cpu())
+    print_table(f"{cfg.env.name}: {len(bench.test_ids)} test tasks, greedy; SFT start {chosen} chosen on "
+                f"{len(bench.val_ids)} validation tasks", figures)
+    for label, s in bench.tests.items():
+        print(f"  {label:>22}: {s.success_text()}")
+    for c in comps:
+        print(f"  {c.text()}")
+    types = by_type(bench, task_types(cfg.env.name, cfg.env.kwargs, bench.test_ids))
+    for label, row in types.items():
+        print(f"  {label:>22} by task type: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in row.items()))
+    gains = [c for c in comps if c.b.startswith("sft-seed")]
+    for algorithm in args.algorithms:
+        mine = [c for c in gains if c.a.startswith(f"{algorithm}-")]
+        print(f"{algorithm} > SFT start on every seed, interval excluding 0: "
+              f"{'yes' if mine and all(c.low > 0 for c in mine) else 'no'}; gains "
+              + ", ".join(f"{100 * c.diff:+.1f} [{100 * c.low:+.1f}, {100 * c.high:+.1f}]" for c in mine))
+    plot(runs, Path(args.root) / "curves.png")
+    save_json(args.json or str(Path(args.root) / "bench_multiturn.json"), {
+        "args": {k: (list(map(str, v)) if k == "sft_grid" else v) for k, v in vars(args).items()},
+        "cpu": describe_cpu(), "figures": figures, "sft_start": str(chosen),
+        "tests": {k: v.to_dict() for k, v in bench.tests.items()}, "comparisons": [c.to_dict() for c in comps],
+        "by_task_type": types, "curves": runs, "validation_ids": bench.val_ids, "test_ids": bench.test_ids})
+
+
+def main() -> None:
+    args = parse()
+    start = time.time()
+    cfg = load_recipe(args.recipe, [*args.overrides, f"run.root={args.root}"])
+    base = resolve_model(cfg.model.name)
+    dtype = resolve_compute_settings(cfg, base).model.compute_dtype  # auto -> this machine's, as the flows do
+    with launch_server([cfg.env.name], env_kwargs={cfg.env.name: cfg.env.kwargs}) as server:
+        bench = Bench(args, server.url, dtype)
+        bench.test("base", args.seeds[0], base)
+        chosen = None
+        for i, seed in enumerate(args.seeds):
+            chosen = run_seed(bench, seed, base, chosen, args.all_arms_seeds is None or i < args.all_arms_seeds)
+    report(bench, chosen, time.time() - start)
+
+
+if __name__ == "__main__":
+    reexec_script_with_tuned_malloc()  # the allocator `agentrl run` uses (AGENTRL_SYSTEM_MALLOC=1: glibc's default)
+    run_recorded("multiturn", main)

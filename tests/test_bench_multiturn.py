@@ -1,0 +1,79 @@
+"""The multi-turn learning benchmark's own logic: SFT settings, which runs it compares, task types, the plot."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from agentrl_core.evaluation.metrics import EvalSummary, EpisodeResult, summarize
+from bench.bench_multiturn import Bench, SftSetting, by_type, comparisons, curves, plot, task_types
+
+
+def test_sft_settings_parse_and_reject_bad_text() -> None:
+    assert SftSetting.parse("32x2") == SftSetting(32, 2) and str(SftSetting(64, 1)) == "64x1"
+    assert SftSetting(8, 3).overrides() == ["sft.demos=8", "sft.epochs=3"]
+    for bad in ("32", "x2", "0x2", "32x0", "ax2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="DEMOSxEPOCHS"):
+            SftSetting.parse(bad)
+
+
+def _summary(wins: dict[int, bool]) -> EvalSummary:
+    return summarize([EpisodeResult(task_id=t, sample=0, reward=float(w), success=w, steps=4) for t, w in wins.items()])
+
+
+def _bench(tests: dict[str, EvalSummary], seeds: list[int], algorithms: list[str], root: Path) -> Bench:
+    bench = Bench.__new__(Bench)  # no env server: only the results
+    bench.args = argparse.Namespace(seeds=seeds, algorithms=algorithms, root=str(root))
+    bench.tests, bench.minutes, bench.validation = tests, {}, {}
+    return bench
+
+
+def test_comparisons_pair_each_rl_model_with_its_start_the_control_and_each_other(tmp_path: Path) -> None:
+    ids = range(40)
+    tests = {"sft-seed0": _summary({t: t < 10 for t in ids}), "gigpo-seed0": _summary({t: t < 30 for t in ids}),
+             "grpo-seed0": _summary({t: t < 20 for t in ids}), "sft-control-seed0": _summary({t: t < 12 for t in ids}),
+             "sft-seed1": _summary({t: t < 8 for t in ids}), "gigpo-seed1": _summary({t: t < 9 for t in ids})}
+    comps = {(c.a, c.b): c for c in comparisons(_bench(tests, [0, 1], ["gigpo", "grpo"], tmp_path))}
+    assert set(comps) == {("gigpo-seed0", "sft-seed0"), ("grpo-seed0", "sft-seed0"),
+                          ("gigpo-seed0", "sft-control-seed0"), ("grpo-seed0", "sft-control-seed0"),
+                          ("gigpo-seed0", "grpo-seed0"), ("gigpo-seed1", "sft-seed1")}  # seed 1 ran one arm
+    gain = comps[("gigpo-seed0", "sft-seed0")]
+    assert gain.diff == pytest.approx(0.5) and gain.low > 0 and gain.n == 40
+    assert comps[("gigpo-seed1", "sft-seed1")].low < 0 < comps[("gigpo-seed1", "sft-seed1")].high
+
+
+def test_success_by_household_task_type(tmp_path: Path) -> None:
+    ids = list(range(10_000, 10_040))
+    types = task_types("household", {"max_steps": 8, "two_room_prob": 0.0, "max_receptacles": 4, "max_objects": 3}, ids)
+    assert set(types) == set(ids) and set(types.values()) <= {"put", "clean", "heat", "cool"}
+    assert task_types("countdown", {}, ids) is None
+    table = by_type(_bench({"m": _summary({t: types[t] == "put" for t in ids})}, [0], ["gigpo"], tmp_path), types)
+    rates = table["m"]
+    assert rates[next(k for k in rates if k.startswith("put"))] == 1.0
+    assert all(v == 0.0 for k, v in rates.items() if not k.startswith("put"))
+    assert sum(int(k.split("n=")[1].rstrip(")")) for k in rates) == 40
+
+
+def test_curves_read_the_rl_metrics_and_plot(tmp_path: Path) -> None:
+    stage = tmp_path / "gigpo-seed0" / "grpo"
+    stage.mkdir(parents=True)
+    (stage / "metrics.jsonl").write_text(
+        '{"step": 0, "val/success_rate": 0.1}\n{"step": 1, "reward_mean": 0.2}\n'
+        '{"step": 2, "reward_mean": 0.4, "val/success_rate": 0.3}\n')
+    bench = _bench({}, [0], ["gigpo"], tmp_path)
+    bench.minutes = {"gigpo-seed0": 1.0, "sft32x2-seed0": 1.0}  # the SFT run has no RL metrics
+    runs = curves(bench)
+    assert runs == {"gigpo-seed0": {"reward": [(1, 0.2), (2, 0.4)], "validation": [(0, 0.1), (2, 0.3)]}}
+    plot(runs, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_each_algorithm_sets_its_estimator_whatever_the_recipe_says() -> None:
+    from agentrl_core.recipes import load_recipe
+    from bench.bench_multiturn import ADVANTAGE
+
+    for recipe in ("household_learn", "household_grpo"):
+        for name, overrides in ADVANTAGE.items():
+            assert load_recipe(recipe, overrides).algorithm.advantage == name
