@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
 from bench._common import print_table, save_json  # noqa: E402
-from bench.bench_learning import quarter_means, reward_curve  # noqa: E402
+from bench.bench_learning import quarter_means  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.checkpoints import export_hf  # noqa: E402
 from agentrl_core.envs import EnvClient, launch_server  # noqa: E402
@@ -159,10 +159,9 @@ def run_seed(bench: Bench, seed: int, base: Path, chosen: SftSetting | None, all
     """The whole pipeline for one seed: SFT start, RL runs, SFT control (all_arms), test scores."""
     if chosen is None:
         chosen, sft = bench.choose_sft(seed, base)
-        sft_label = f"sft{chosen}-seed{seed}"
     else:
-        sft_label = f"sft{chosen}-seed{seed}"
-        sft = bench.sft(sft_label, seed, chosen, base)
+        sft = bench.sft(f"sft{chosen}-seed{seed}", seed, chosen, base)
+    sft_label = f"sft{chosen}-seed{seed}"
     bench.test(f"sft-seed{seed}", seed, sft)
     rl_minutes = []
     for algorithm in bench.args.algorithms if all_arms else bench.args.algorithms[:1]:
@@ -204,18 +203,13 @@ def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], out: Path) -> None
 
 
 def task_types(env: str, kwargs: dict, ids: list[int]) -> dict[int, str] | None:
-    """Task id -> task type, for envs whose generator says it (household, generated ALFWorld); else None."""
+    """Task id -> task type, for envs whose generator says it (household); else None."""
     if env == "household":
         from agentrl_core.envs.household import Household
         from agentrl_core.envs.household.generate import make_scene
 
         difficulty = Household(**kwargs).difficulty
         return {t: make_scene(t, difficulty)[0].task_type for t in ids}
-    if env == "alfworld" and "data_dir" not in kwargs:
-        from agentrl_core.envs.alfworld.dataset import DEFAULT_DIFFICULTY
-        from agentrl_core.envs.alfworld.scene import task_type_of
-
-        return {t: task_type_of(t, DEFAULT_DIFFICULTY) for t in ids}
     return None
 
 

@@ -6,8 +6,8 @@ quotes (`result:`, a record name of `bench/recording.py`) and the text of each c
 `.1f`; `pct` for a fraction shown as a percentage with one decimal, `signed_pct` as signed points; a
 text figure is put in as it is). A row's `flatten: [field, ...]` also offers those extra fields of the
 results file as figures named by their path (`comparisons/gigpo-seed0-sft-seed0/low`,
-`tests/sft-seed0/success_rate`; list items named as `bench/record_command.py` names them). Every table also gets the CPU
-the row was measured on and the command that printed it, both read from the results file.
+`tests/sft-seed0/success_rate`; list items named as `bench/record_command.py` names them). Every table
+also gets the CPU the row was measured on and the command that printed it, both read from the results file.
 In the README a table sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`.
 
     .venv/bin/python bench/readme_figures.py          # rewrite the README's tables from the results

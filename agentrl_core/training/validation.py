@@ -3,8 +3,8 @@
 The validation tasks come from the training range and are never trained on: the last
 `trainer.val_tasks` ids of the env's train split that the run's training tasks (`env.train_tasks`,
 `env.train_ids` or the task file) leave out. Settings and the best checkpoint are chosen on them,
-never on the test split, which is scored once, by the final evaluation. The policy plays them greedily (the evaluation's sampling) through the
-rollout engine itself; the result is logged as val/* metrics of the step. With
+never on the test split, which is scored once, by the final evaluation. The policy plays them
+greedily (the evaluation's sampling) through the rollout engine itself; the result is logged as val/* metrics of the step. With
 `trainer.export_best` the checkpoint with the highest validation success is kept in
 `<stage>/best/` (our checkpoint layout, written atomically); `best.json` beside it says which
 step it is, so a resumed run goes on comparing against it.

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from agentrl_core.envs.household.expert import search
-from agentrl_core.tasksets.partition import fits_part
 from agentrl_core.envs.household.world import (
     APPLIANCE_FOR,
     CAPABILITIES,
@@ -21,6 +20,7 @@ from agentrl_core.envs.household.world import (
     Scene,
     State,
 )
+from agentrl_core.tasksets.partition import fits_part
 
 TASK_TYPES = ("put", "clean", "heat", "cool")
 TRAIN_IDS = range(0, 10_000)
