@@ -312,6 +312,12 @@ class AlgorithmConfig(Section):
     """KL estimator in the loss, by name (k1, k2, k3)."""
     kl_coef: float = Field(0.0, ge=0.0)
     """Weight of the KL term in the loss (0 = no reference model)."""
+    kl_rows: Literal["all", "signal"] = "all"
+    """Which samples carry the KL term: every sample, or only those with a policy-gradient signal (a
+    non-zero advantage). With "signal", a group whose rewards are all equal is neither forwarded nor
+    back-propagated even with kl_coef > 0 (as with kl_coef = 0), which on a multi-turn env where most
+    groups carry no signal saves most of the update; the KL term then regularises the samples that move
+    the policy, normalised by the whole batch as before."""
     entropy_coef: float = Field(0.0, ge=0.0)
     """Weight of the entropy bonus (subtracted from the loss)."""
     epsilon: float = Field(1e-6, gt=0.0)
@@ -402,7 +408,13 @@ class TrainerConfig(Section):
     exact for on-policy samples up to numerics (the gap is `rollout_logp_diff`): saves that forward with
     ppo_epochs > 1, and with one epoch makes the ratio correct for any engine/trainer mismatch."""
     micro_batch_tokens: int = Field(4096, ge=64)
-    """Token budget of one micro-batch (padding included); gradients accumulate across them."""
+    """Token budget of one micro-batch (padding included); gradients accumulate across them. The memory
+    budget (`memory_gb`) may lower it."""
+    memory_gb: float | None = Field(None, gt=0)
+    """The memory (GiB) the GRPO training process may use on CPU: the KV cache, micro-batch tokens and
+    gradient checkpointing are sized to fit it, the plan is printed at the start and each step logs its
+    peak (training.memory_plan). None: 80% of what is available when the stage starts (set it for
+    runs that repeat bit for bit)."""
     shared_prefix: bool = True
     """Run each GRPO group's shared prompt once in the training forward (its G samples attend to one
     copy of its keys and values) instead of G times; the same loss and gradients up to rounding. Off

@@ -1,10 +1,11 @@
 """Held out in content: per recipe, how many test tasks share each level of content with a training task.
 
 Runs `agentrl_core.tasksets.overlap` on each recipe (with the given overrides) and prints, per level
-(math: arithmetic fact, story; household: goal sentence, scene, scene with goal), how many test
-tasks share their key with some training task, of how many.
+(math: arithmetic fact, story; household and ALFWorld: goal, scene, scene with goal), how many test
+tasks share their key with some training task, of how many. ALFWorld's generated games are made
+(and cached) on first use: the first run plans all 2,620 of them (minutes).
 
-    .venv/bin/python bench/bench_overlap.py [--recipes math_learn household_grpo] [--test-tasks 200]
+    .venv/bin/python bench/bench_overlap.py [--recipes math_learn household_grpo alfworld_grpo] [--test-tasks 200]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from agentrl_core.tasksets.overlap import recipe_overlap  # noqa: E402
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipes", nargs="+", default=["math_learn", "household_grpo"])
+    p.add_argument("--recipes", nargs="+", default=["math_learn", "household_grpo", "alfworld_grpo"])
     p.add_argument("--test-tasks", type=int, default=200, help="env.test_tasks for every recipe (the held-out set)")
     return p.parse_args()
 

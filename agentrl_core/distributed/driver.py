@@ -82,7 +82,9 @@ def _loop(cfg: RecipeConfig, trainer: Any, pool: RolloutPool, env_url: str, stag
 
 def ray_step(trainer: Any, pool: RolloutPool, train_ids: Sequence[int], step: int, cfg: RecipeConfig,
              stage_dir: Path) -> dict[str, float]:
-    """One step, with grpo_step's metrics plus `rollout_retries`: rollout on the pool → update on the trainer."""
+    """One step, with grpo_step's metrics plus `rollout_retries`: rollout on the pool → update on the trainer.
+    Not here: the native engine's counters (rollout/prefilled_tokens, ...) and the rollout phase's peak
+    memory, which belong to the rollout workers' processes; `memory/peak_rss_gib` is the trainer's."""
     timings: dict[str, float] = {}
     with timed("rollout", timings):
         specs, seed = round_specs(step_tasks(train_ids, step, cfg), step, 0, cfg)

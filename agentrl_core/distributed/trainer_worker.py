@@ -13,6 +13,7 @@ from agentrl_core.config import RecipeConfig
 from agentrl_core.distributed.rollout_worker import actor_device
 from agentrl_core.distributed.weight_sync import cpu_state_dict
 from agentrl_core.rollout import HFEngine, Trajectory
+from agentrl_core.training.memory_plan import check_peak
 from agentrl_core.training.step_context import reference_model, update_context
 from agentrl_core.training.policy_update import policy_update
 from agentrl_core.training.session import open_session
@@ -49,7 +50,7 @@ class TrainerWorker:
         ctx = update_context(session, cfg, self.pad_id, self.ref_model)
         metrics = policy_update(ctx, list(usable), epochs=cfg.trainer.ppo_epochs) if usable else {}
         session.model.eval()
-        return metrics
+        return metrics | check_peak(None, session.start_step)  # this trainer process's peak so far
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The policy's weights (CPU, the model's dtype); the driver passes the returned ref on, never the data."""

@@ -10,7 +10,10 @@ level, the test tasks whose key some training task also has:
 Levels, coarse to fine — a fair held-out task shares at most its *kind* with training:
 - math: `arithmetic` (the worked steps, e.g. ("10 + 19 = 29",)), `story` (the question text);
 - household: `goal` (the goal sentence alone, "put a clean mug in cabinet 2"), `scene` (rooms,
-  receptacles, objects and where they start), `scene with goal` (the whole task).
+  receptacles, objects and where they start), `scene with goal` (the whole task);
+- alfworld (the generated games; official data is not checked): `goal` (task type, object kind,
+  target kind), `scene` (room, receptacles, objects and where they start), `scene with goal`.
+  Its games are generated (and cached) on first use: the first check of all 2,620 takes minutes.
 
     .venv/bin/python -m agentrl_core.tasksets.overlap --recipe math_learn
 """
@@ -69,7 +72,28 @@ def household_keys(kwargs: dict[str, Any]) -> ContentKeys:
     return keys
 
 
-CONTENT: dict[str, Callable[[dict[str, Any]], ContentKeys]] = {"math": math_keys, "household": household_keys}
+def alfworld_keys(kwargs: dict[str, Any]) -> ContentKeys:
+    """Content keys of the generated `alfworld` games built with `kwargs` (seed and difficulty decide them)."""
+    from agentrl_core.envs.alfworld import AlfWorld
+    from agentrl_core.envs.alfworld.dataset import GeneratedGames
+    from agentrl_core.envs.alfworld.gamefile import make_engine
+    from agentrl_core.envs.alfworld.scene import goal_key, scene_key
+
+    games = AlfWorld(**kwargs).games
+    if not isinstance(games, GeneratedGames):
+        raise ValueError("the content check reads generated ALFWorld games; official data (data_dir or "
+                         "ALFWORLD_DATA) keeps ALFWorld's own splits: unset it to check the generated set")
+    engine = make_engine(admissible=False)  # one planner for every game not cached yet
+
+    def keys(task_id: int) -> dict[str, Hashable]:
+        scene = games.scene(task_id, engine)
+        layout, goal = scene_key(scene), goal_key(scene)
+        return {"goal": goal, "scene": layout, "scene with goal": (layout, goal)}
+    return keys
+
+
+CONTENT: dict[str, Callable[[dict[str, Any]], ContentKeys]] = {
+    "math": math_keys, "household": household_keys, "alfworld": alfworld_keys}
 """Env name -> its content-key function (envs without one cannot be checked)."""
 
 

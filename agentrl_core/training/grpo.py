@@ -20,6 +20,7 @@ from agentrl_core.rollout import write_trajectories
 from agentrl_core.rollout.engine import Engine
 from agentrl_core.rollout.engines import make_engine
 from agentrl_core.tasksets import resolve_task_ids
+from agentrl_core.training.memory_plan import apply_plan, check_peak, memory_plan_for, peak_resident_bytes
 from agentrl_core.training.policy_update import policy_update
 from agentrl_core.training.rollout_batch import rollout_batch, rollout_metrics
 from agentrl_core.training.session import StageResult, StepCallback, TrainingSession, open_session
@@ -34,13 +35,16 @@ def grpo_step(session: TrainingSession, engine: Engine, chat: ChatFormat, env_fa
               train_ids: Sequence[int], step: int, cfg: RecipeConfig, ref_model: Any | None) -> dict[str, float]:
     """One step: rollout → (log) → policy update. Returns the step's metrics."""
     timings: dict[str, float] = {}
+    before = engine_counters(engine)
     with timed("rollout", timings):
         session.model.eval()
         trajs, usable, rounds = rollout_batch(engine, chat, env_factory, train_ids, step, cfg)
+    engine_metrics = {f"rollout/{k}": v - before.get(k, 0.0) for k, v in engine_counters(engine).items()}
+    engine_metrics["memory/peak_after_rollout_gib"] = peak_resident_bytes() / 2**30  # the process's peak so far
     # summarise into the pool, measure with vs without experience, strip the block if asked (in place)
     exp_metrics = experience_after_rollout(trajs, engine, chat, step, cfg) if cfg.experience.enabled else {}
     write_trajectories(session.stage_dir / "rollout_log" / f"step_{step + 1:06d}.parquet", trajs, step=step + 1)
-    metrics = rollout_metrics(trajs) | exp_metrics
+    metrics = rollout_metrics(trajs) | exp_metrics | engine_metrics
     metrics["rollout_rounds"] = float(rounds)
     metrics["samples_trained"] = 0.0  # replaced by policy_update's count when something trains
     with timed("train", timings):
@@ -57,6 +61,15 @@ def grpo_step(session: TrainingSession, engine: Engine, chat: ChatFormat, env_fa
     metrics["train_tokens_per_s"] = all_tokens / max(1e-9, timings["time/train_s"])
     metrics["time/step_s"] = timings["time/rollout_s"] + timings["time/train_s"]
     return metrics
+
+
+def engine_counters(engine: Any) -> dict[str, float]:
+    """The native engine's running counts (prefilled and reused prompt tokens, evictions: a KV cache too
+    small for the batch shows as evictions and tokens prefilled again); {} for other engines."""
+    stats = getattr(engine, "stats", None)
+    if not callable(stats):
+        return {}
+    return {k: v for k, v in stats().items() if k in ("prefilled_tokens", "reused_tokens", "evictions")}
 
 
 def rollout_engine(cfg: RecipeConfig, session: TrainingSession, init_model: Path) -> Any:
@@ -106,6 +119,10 @@ def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: P
                  on_step: StepCallback | None) -> StageResult:
     """The GRPO loop in this process: rollout, update, log, checkpoint, from the session's start step."""
     torch.manual_seed(cfg.trainer.seed)
+    plan = memory_plan_for(cfg, init_model, native_engine=cfg.rollout.engine.kind in ("auto", "native"))
+    if plan is not None:  # KV cache, micro-batches and checkpointing sized from the memory budget
+        cfg = apply_plan(cfg, plan)
+        log.info("%s", plan.describe())
     session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.trainer.steps, resume=cfg.trainer.resume,
                            dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,
                            lora=cfg.model.lora, trainer=cfg.trainer)
@@ -122,6 +139,7 @@ def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: P
         started, done = time.monotonic(), session.start_step
         for step in range(session.start_step, cfg.trainer.steps):
             last = grpo_step(session, engine, chat, factory, train_ids, step, cfg, ref_model)
+            last.update(check_peak(plan, step + 1))
             done = step + 1
             out_of_time = _out_of_time(cfg, started)
             if validator is not None:

@@ -137,6 +137,8 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     norm = alg.LossNorm(global_tokens=float(mask.sum().clamp(min=1)), global_seqs=float(len(trajs)),
                         scale_tokens=float(cfg.loss_scale_tokens))
     rows = rows_with_gradient(adv, mask, cfg)
+    if not rows and not getattr(ctx.backend, "steps_without_backward", False):
+        rows = list(range(len(trajs)))  # this backend's step needs a backward first (DeepSpeed)
     batches = plan_batches(ctx, [trajs[i] for i in rows])
     turns = turn_index(trajs)[rows]
     for mb in batches:
@@ -161,13 +163,17 @@ def rows_with_gradient(adv: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConf
     """The samples whose loss has a gradient: with no KL and no entropy term in the loss, every policy loss is
     A·f(ratio, log π) per token, so a sample whose advantages are all 0 (a GRPO group with equal rewards)
     adds exactly nothing and its forward and backward are skipped; the loss keeps the whole batch's
-    normalisation, so it and its gradient are unchanged. All samples when nothing would be skipped
-    (a batch with no signal at all still takes its optimizer step, as before)."""
+    normalisation, so it and its gradient are unchanged. With `kl_rows: signal` the KL term is put on the
+    samples with signal only, so the same samples are skipped with kl_coef > 0 too (the objective then
+    differs from `all` by the KL of the skipped samples). All samples when nothing would be skipped
+    (a batch with no signal at all still takes its optimizer step, as before); under `kl_rows: signal` such
+    a batch back-propagates nothing (the step only advances the optimizer's schedule)."""
     every = list(range(adv.shape[0]))
-    if cfg.kl_coef > 0 or cfg.entropy_coef > 0:
+    kl_everywhere = cfg.kl_coef > 0 and cfg.kl_rows == "all"
+    if kl_everywhere or cfg.entropy_coef > 0:
         return every
     rows = [i for i, moved in enumerate(((adv * mask).abs().sum(1) > 0).tolist()) if moved]
-    return rows or every
+    return rows if rows or cfg.kl_coef > 0 else every
 
 
 def plan_batches(ctx: UpdateContext, trajs: Sequence[Trajectory]) -> list[MicroBatch]:

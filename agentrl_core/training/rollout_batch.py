@@ -98,6 +98,7 @@ def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         "reward_mean": sum(t.reward for t in ok) / n,
         "success_rate": sum(t.success for t in ok) / n,
         "response_length": sum(t.response_tokens for t in ok) / n,
+        "episode_tokens": sum(len(t.token_ids) for t in ok) / n,
         "turns_mean": sum(t.num_turns for t in ok) / n,
         "truncated_rate": sum(t.truncated for t in ok) / n,
         "errors": float(len(trajs) - len(ok)),

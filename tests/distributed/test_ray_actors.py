@@ -182,7 +182,10 @@ def test_ray_backend_writes_what_the_local_backend_writes(ray_run, tiny_model_pa
     train_grpo(local_cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
     assert files(stage) == files(tmp_path / "grpo")
     ray_m, local_m = metrics(stage), metrics(tmp_path / "grpo")
-    assert set(ray_m[0]) - set(local_m[0]) == {"rollout_retries"} and set(local_m[0]) <= set(ray_m[0])
+    # the engine's counters and the rollout phase's peak live in the rollout workers' processes
+    local_only = {k for k in local_m[0] if k.startswith("rollout/") or k == "memory/peak_after_rollout_gib"}
+    assert {"rollout/prefilled_tokens", "memory/peak_after_rollout_gib"} <= local_only
+    assert set(ray_m[0]) - set(local_m[0]) == {"rollout_retries"} and set(local_m[0]) - local_only <= set(ray_m[0])
     for r, loc in zip(ray_m, local_m):  # one worker: the same episodes, seeds and update as the local loop
         assert r["rollout_retries"] == 0.0
         for key in ("reward_mean", "response_length", "turns_mean", "samples_trained"):

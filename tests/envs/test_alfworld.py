@@ -183,6 +183,20 @@ def test_games_are_reproducible(engine) -> None:
     assert bytes.fromhex(out.stdout.strip()) == generate_game(7, engine=engine).data
 
 
+def test_test_games_are_drawn_from_the_test_part_of_the_scene_space(engine) -> None:
+    from agentrl_core.envs.alfworld import dataset
+    from agentrl_core.envs.alfworld.scene import scene_key
+    from agentrl_core.tasksets.partition import content_part
+
+    games, drawn = dataset.GeneratedGames(), {}
+    for task_id in (*range(6), *range(2420, 2426)):  # every task type, in each split
+        game = drawn[task_id] = dataset.generate_game(task_id, engine=engine)
+        assert content_part(scene_key(game.scene)) == dataset.split_of(task_id)
+        assert games.scene(task_id, engine) == game.scene  # the cached game's sub-seed draws its scene again
+    # 7 draws in 8 fall in the train part: test ids skip some sub-seeds that train ids would have taken
+    assert any(drawn[task_id].sub_seed > 0 for task_id in range(2420, 2426))
+
+
 def test_unsolvable_draws_take_the_next_sub_seed(engine, monkeypatch: pytest.MonkeyPatch) -> None:
     from agentrl_core.envs.alfworld import dataset
 

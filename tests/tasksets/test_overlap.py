@@ -35,3 +35,13 @@ def test_a_recipe_reports_every_level_and_finer_levels_share_less() -> None:
     assert rows["scene with goal"].shared == rows["scene"].shared == 0 < rows["goal"].shared  # scenes: held out
     with pytest.raises(ValueError, match="no content check for env 'countdown'"):
         content_keys("countdown", {})
+
+
+def test_generated_alfworld_test_games_share_no_scene_with_training() -> None:
+    for module in ("alfworld", "textworld", "fast_downward"):
+        pytest.importorskip(module)
+    rows = {r.level: r for r in recipe_overlap("alfworld_grpo", ["env.test_tasks=12", "env.train_tasks=96"])}
+    assert set(rows) == {"goal", "scene", "scene with goal"} and rows["scene"].n_test == 12
+    assert rows["scene"].shared == rows["scene with goal"].shared == 0
+    assert rows["scene"].distinct_train_keys == 96  # every training game its own scene
+    assert rows["goal"].shared > 0  # the same kind of goal in a new scene is fair, and it does recur

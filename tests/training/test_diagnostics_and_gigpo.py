@@ -62,8 +62,26 @@ def _update(model_path: Path, trajs: list[Trajectory], cfg: AlgorithmConfig, lr:
     model = load_model(model_path)
     model.train()
     opt, sched = build_optimizer(model, OptimConfig(lr=lr), total_steps=1)
-    ctx = UpdateContext(model, opt, sched, cfg, grad_clip=1e9, micro_batch_tokens=4096, pad_id=0)
+    ref = load_model(model_path).eval() if cfg.kl_coef > 0 else None
+    ctx = UpdateContext(model, opt, sched, cfg, grad_clip=1e9, micro_batch_tokens=4096, pad_id=0, ref_model=ref)
     return policy_update(ctx, trajs), model
+
+
+def test_kl_on_signal_rows_skips_flat_groups_that_a_kl_on_every_row_trains(tiny_model_path):
+    rng = random.Random(5)
+    signal = [_traj(rng, 0, r) for r in (1.0, 0.0, 0.0)]
+    flat = [_traj(rng, 1, 0.0) for _ in range(3)]
+    every, _ = _update(tiny_model_path, signal + flat, AlgorithmConfig(kl_coef=0.1))
+    on_signal, _ = _update(tiny_model_path, signal + flat, AlgorithmConfig(kl_coef=0.1, kl_rows="signal"))
+    assert every["samples_backpropagated"] == 6 and on_signal["samples_backpropagated"] == 3
+    assert on_signal["samples_trained"] == 6 and math.isfinite(on_signal["loss"])
+    # a batch with no signal at all: nothing runs, the weights stay, the schedule still advances one step
+    before = load_model(tiny_model_path).state_dict()
+    none, model = _update(tiny_model_path, flat, AlgorithmConfig(kl_coef=0.1, kl_rows="signal"), lr=1e-2)
+    assert none["samples_backpropagated"] == 0 and none["micro_batches"] == 0 and none["grad_norm"] == 0
+    assert all(torch.equal(v, before[n]) for n, v in model.state_dict().items())
+    moved, model = _update(tiny_model_path, flat, AlgorithmConfig(kl_coef=0.1), lr=1e-2)
+    assert moved["samples_backpropagated"] == 3  # kl_rows: all trains the flat group's KL term
 
 
 def test_entropy_does_not_shrink_when_flat_groups_are_skipped(tiny_model_path):

@@ -1,8 +1,11 @@
 """Game sets: the generated default set (lazy, cached on disk) and the official ALFWorld data.
 
 Both number games like AgentGym: train ids [0, 2420), test ids [2420, 2620). The generated game
-for id i depends only on (seed, i, difficulty, GENERATOR_VERSION): a scene is drawn from the
-sub-seed 0, and while the planner finds no plan, from sub-seeds 1, 2, ... (at most MAX_SUBSEEDS).
+for id i depends only on (seed, i, difficulty, GENERATOR_VERSION): scenes are drawn from sub-seeds
+0, 1, 2, ... and the first one that lies in its split's part of the scene space
+(`tasksets.partition` on `scene_key`: about one scene in 8 is a test scene, so no test game's
+scene — room, receptacles, objects and where they start — is any training game's) and that the
+planner solves is the game (at most MAX_DRAWS draws and MAX_PLANS planner calls).
 Generated games are cached as `$AGENTRL_HOME/alfworld/<GENERATOR_VERSION>/seed<seed>-<key>/<id>/`
 (`traj_data.json`, then `game.tw-pddl` last: its presence marks a complete entry; each file is
 written to a temporary name and renamed). `build_default_set` lays the set out like the official
@@ -31,13 +34,17 @@ from agentrl_core.envs.alfworld.gamefile import (
     plan,
 )
 from agentrl_core.envs.alfworld.pddl import LIBRARY_KEYS, goal_sentence, problem_text
-from agentrl_core.envs.alfworld.scene import Difficulty, Scene, draw_scene, task_type_of
+from agentrl_core.envs.alfworld.scene import Difficulty, Scene, draw_scene, scene_key, task_type_of
 from agentrl_core.errors import TaskNotFoundError
 from agentrl_core.models.store import agentrl_home
+from agentrl_core.tasksets.partition import fits_part
 
-GENERATOR_VERSION = "g1"
+GENERATOR_VERSION = "g2"  # g2: test scenes from the test part of the scene space only
 DEFAULT_SEED = 2420
-MAX_SUBSEEDS = 16
+MAX_DRAWS = 512
+"""Sub-seeds tried per game: a test id keeps about 1 draw in 8, so running out is (7/8)^512 ≈ 1e-30 likely."""
+MAX_PLANS = 16
+"""Planner calls per game (a draw in the wrong part costs no planner call)."""
 DEFAULT_DIFFICULTY = Difficulty()
 TRAIN_IDS = range(2420)
 TEST_IDS = range(2420, 2620)
@@ -81,12 +88,13 @@ def _rng(seed: int, task_id: int, sub_seed: int) -> random.Random:
 def generate_game(
     task_id: int, *, seed: int = DEFAULT_SEED, difficulty: Difficulty = DEFAULT_DIFFICULTY, engine: Any = None
 ) -> GeneratedGame:
-    """Draw the game of `task_id` and check it with the planner (next sub-seed while unsolvable)."""
+    """The game of `task_id`: the first sub-seed's scene in its split's part that the planner solves."""
     engine = engine if engine is not None else make_engine(admissible=False)
     task_type = task_type_of(task_id, difficulty)
-    for sub_seed in range(MAX_SUBSEEDS):
+    held_out, plans = task_id in TEST_IDS, 0
+    for sub_seed in range(MAX_DRAWS):
         scene = draw_scene(_rng(seed, task_id, sub_seed), difficulty, task_type)
-        if scene is None:
+        if scene is None or not fits_part(scene_key(scene), held_out):
             continue
         problem = problem_text(scene, f"agentrl_{GENERATOR_VERSION}_{seed}_{task_id}_{sub_seed}")
         data = game_data(problem, goal_sentence(scene))
@@ -94,10 +102,22 @@ def generate_game(
         commands = plan(engine)
         if commands and not goal_met(engine):
             return GeneratedGame(task_id, sub_seed, scene, encode(data), tuple(commands))
+        plans += 1
+        if plans >= MAX_PLANS:
+            break
     raise RuntimeError(
-        f"alfworld: no solvable {task_type} scene for task {task_id} (seed {seed}) within {MAX_SUBSEEDS} "
-        f"sub-seeds; the difficulty {difficulty} may be too tight: allow more receptacles"
+        f"alfworld: no solvable {task_type} scene for task {task_id} (seed {seed}) within {MAX_DRAWS} sub-seeds "
+        f"and {MAX_PLANS} planner calls; the difficulty {difficulty} may be too tight: allow more receptacles"
     )
+
+
+def game_scene(task_id: int, traj: dict[str, Any], difficulty: Difficulty) -> Scene:
+    """The scene of a cached generated game, drawn again from the sub-seed its traj_data records."""
+    prov = traj["agentrl"]
+    scene = draw_scene(_rng(prov["seed"], task_id, prov["sub_seed"]), difficulty, task_type_of(task_id, difficulty))
+    if scene is None:
+        raise RuntimeError(f"alfworld: the recorded sub-seed of task {task_id} draws no scene: stale cache?")
+    return scene
 
 
 def sha256(data: bytes) -> str:
@@ -146,6 +166,10 @@ class GeneratedGames:
     def traj_data(self, task_id: int, engine: Any = None) -> dict[str, Any]:
         """The `traj_data.json` of `task_id` (task type, targets, provenance)."""
         return json.loads(self.path(task_id, engine).with_name(TRAJ_FILE).read_text())
+
+    def scene(self, task_id: int, engine: Any = None) -> Scene:
+        """The scene of `task_id`'s game (generated and cached on first use)."""
+        return game_scene(task_id, self.traj_data(task_id, engine), self.difficulty)
 
 
 def split_of(task_id: int) -> str:

@@ -112,6 +112,18 @@ class Scene:
     template: int  # which of the goal library's two phrasings
 
 
+def scene_key(scene: Scene) -> tuple:
+    """The scene without its goal: room, receptacles (kind, number, open) and objects (kind, number, where)
+    — what a held-out test game must not share with a training game (`tasksets.partition`)."""
+    return (scene.room, tuple((r.kind, r.number, r.opened) for r in scene.receptacles),
+            tuple((t.kind, t.number, t.place) for t in scene.things))
+
+
+def goal_key(scene: Scene) -> tuple:
+    """The goal alone: task type, goal object kind, target receptacle (or lamp) kind."""
+    return (scene.task_type, scene.obj, scene.recep, scene.toggle)
+
+
 def task_type_of(task_id: int, difficulty: Difficulty) -> str:
     """Task types take turns over ids, so any len(task_types) consecutive ids cover them all."""
     return difficulty.task_types[task_id % len(difficulty.task_types)]

@@ -21,6 +21,10 @@ class TorchBackend:
     optimizer.step(), scheduler.step(), zero_grad(set_to_none=True).
     """
 
+    steps_without_backward = True
+    """`step()` after no backward at all is a no-op update that advances the schedule (AdamW skips
+    parameters without a gradient), so an update with nothing to back-propagate may skip the work."""
+
     def __init__(self, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any, grad_clip: float, *,
                  tokenizer: Any = None, save_model: Any = None) -> None:
         if grad_clip <= 0:

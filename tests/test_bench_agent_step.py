@@ -1,0 +1,34 @@
+"""The step-cost benchmark's own logic: settings, their arguments and the summary of their steps."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench.bench_agent_step import Setting, parse, summarise
+
+
+def test_settings_parse_their_overrides_and_reject_bad_text() -> None:
+    assert Setting.parse("recipe:") == Setting("recipe", ())
+    assert Setting.parse("lean:algorithm.kl_rows=signal,trainer.memory_gb=8") == Setting(
+        "lean", ("algorithm.kl_rows=signal", "trainer.memory_gb=8"))
+    for bad, why in (("noname", "NAME:KEY=VALUE"), (":a=1", "NAME:KEY=VALUE"), ("x:a=1,b", "overrides are KEY=VALUE")):
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            Setting.parse(bad)
+
+
+def test_arguments_default_to_the_recipe_and_refuse_repeated_names(capsys) -> None:
+    args = parse(["--recipe", "household_grpo", "env.max_turns=4"])
+    assert args.settings == [Setting("recipe", ())] and args.overrides == ["env.max_turns=4"]
+    with pytest.raises(SystemExit):
+        parse(["--setting", "a:x=1", "--setting", "a:y=2"])
+    assert "setting names must differ" in capsys.readouterr().err
+
+
+def test_a_summary_is_the_median_of_each_figure_and_the_largest_peak() -> None:
+    steps = [{"time/step_s": s, "time/rollout_s": s / 2, "episode_tokens": 100.0 * s} for s in (3.0, 1.0, 2.0)]
+    row = summarise(steps, [4.0, 6.5])
+    assert row["time/step_s"] == 2.0 and row["time/rollout_s"] == 1.0 and row["episode_tokens"] == 200.0
+    assert row["peak_rss_gib"] == 6.5 and row["steps"] == 3.0
+    assert "turns_mean" not in row  # a figure some step lacks is left out, not made up
