@@ -130,6 +130,9 @@ def odd_settings(cfg: Recipe) -> list[str]:
     if alg.kl_coef > 0 and alg.kl_reward_coef > 0:
         notes.append("algorithm.kl_coef and algorithm.kl_reward_coef are both on: the KL to the reference is "
                      "penalised twice (in the loss and in the reward); keep one of them")
+    if alg.kl_rows == "signal" and alg.kl_coef == 0:
+        notes.append("algorithm.kl_rows=signal places the loss's KL term, but algorithm.kl_coef is 0: there is no "
+                     "KL term (samples without signal are skipped anyway); set kl_coef above 0 or drop kl_rows")
     if relative and alg.sample_filter == "success":
         notes.append(f"algorithm.sample_filter=success keeps only samples with reward >= {alg.success_threshold}, "
                      f"so with 0/1 rewards the {alg.advantage} advantages of what is kept are all 0; RAFT pairs "

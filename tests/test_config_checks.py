@@ -92,6 +92,7 @@ ODD = [
     (["eval.k=4"], "pass@k equals pass@1"),
     (["algorithm.kl_coef=0.1", "algorithm.kl_reward_coef=0.1"], "penalised twice"),
     (["algorithm.sample_filter=success"], "advantages of what is kept are all 0"),
+    (["algorithm.kl_rows=signal", "algorithm.kl_coef=0"], "there is no KL term"),
     (["rollout.tasks_per_step=100"], "each step trains on 64 tasks"),
     (["sft.demos=100"], "SFT gets 64 demonstrations"),
     (["trainer.optim.warmup_steps=4"], "never reaches trainer.optim.lr"),
