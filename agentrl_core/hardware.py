@@ -119,5 +119,49 @@ def describe_cpu(with_torch: bool = True) -> str:
     return "CPU: " + cpu_info(with_torch=with_torch).describe()
 
 
+
+
+# -- memory of this process and of the machine ----------------------------------------------------
+def resident_bytes() -> int:
+    """This process's resident memory now (VmRSS; 0 where /proc is missing)."""
+    return _status_field("VmRSS")
+
+
+def peak_resident_bytes() -> int:
+    """This process's peak resident memory so far (VmHWM; 0 where /proc is missing)."""
+    return _status_field("VmHWM")
+
+
+def _status_field(name: str) -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def available_bytes(meminfo: str = "/proc/meminfo", cgroup: str | None = "/sys/fs/cgroup") -> int | None:
+    """What this process could still take: MemAvailable, capped by a cgroup v2 limit less its usage
+    (cgroup None: MemAvailable alone); None where meminfo cannot be read."""
+    try:
+        with open(meminfo) as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+    if cgroup is None:
+        return available
+    try:
+        limit = Path(cgroup, "memory.max").read_text().strip()
+        if limit != "max":
+            available = min(available, int(limit) - int(Path(cgroup, "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return available
+
+
 if __name__ == "__main__":  # `python -m agentrl_core.hardware`: what CI prints before the tests
     print(describe_cpu())

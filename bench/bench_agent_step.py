@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import resource
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
-from bench._common import save_json  # noqa: E402
+from bench._common import peak_rss_gib, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.hardware import describe_cpu  # noqa: E402
 
@@ -115,7 +114,7 @@ def run_child(args: argparse.Namespace) -> None:
                                                            f"trainer.save_every={args.steps}"))
     with launch_server([cfg.env.name], env_kwargs={cfg.env.name: cfg.env.kwargs}) as server:
         train_grpo(cfg, init_model=Path(args.start), env_url=server.url)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    rss = peak_rss_gib()
     print("CHILD " + json.dumps({"run_dir": str(cfg.run_dir), "peak_rss_gib": rss}), flush=True)
 
 

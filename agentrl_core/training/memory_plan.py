@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.errors import ConfigError
+from agentrl_core.hardware import available_bytes, peak_resident_bytes, resident_bytes
 
 log = logging.getLogger(__name__)
 
@@ -169,44 +170,6 @@ def _too_small(budget: int, source: str, need: int, what: str) -> ConfigError:
         f"memory budget {budget / GIB:.2f} GiB ({source}) is too small for {what}: it needs about "
         f"{need / (1 - MARGIN) / GIB:.2f} GiB; raise trainer.memory_gb (or free memory), or lower "
         "rollout.max_context_tokens, or train LoRA adapters (model.lora.enabled)")
-
-
-def resident_bytes() -> int:
-    """This process's resident memory now (VmRSS; 0 where /proc is missing)."""
-    return _status_field("VmRSS")
-
-
-def peak_resident_bytes() -> int:
-    """This process's peak resident memory so far (VmHWM; 0 where /proc is missing)."""
-    return _status_field("VmHWM")
-
-
-def _status_field(name: str) -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(name + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def available_bytes(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> int | None:
-    """What this process could still take: MemAvailable, capped by a cgroup v2 limit less its usage."""
-    try:
-        with open(meminfo) as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-        available = int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
-    try:
-        limit = Path(cgroup, "memory.max").read_text().strip()
-        if limit != "max":
-            available = min(available, int(limit) - int(Path(cgroup, "memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return available
 
 
 def budget_of(memory_gb: float | None) -> tuple[int, str] | None:

@@ -23,6 +23,7 @@ from typing import Any, Hashable, Sequence
 import torch
 
 from agentrl_core.config import SamplingConfig
+from agentrl_core.hardware import available_bytes
 from agentrl_core.rollout.engine import Generation
 from agentrl_core.rollout.native.forward import PackedForward
 from agentrl_core.rollout.native.kv_cache import SlabKVCache
@@ -38,13 +39,10 @@ DEFAULT_KV_CACHE_MB = 2048
 
 def default_kv_cache_mb(meminfo: str = "/proc/meminfo") -> int:
     """DEFAULT_KV_CACHE_MB, or a quarter of the memory available now if that is less (Linux; else the default)."""
-    try:
-        with open(meminfo) as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-        available_mb = int(fields["MemAvailable"].split()[0]) // 1024
-    except (OSError, KeyError, ValueError):
+    available = available_bytes(meminfo, cgroup=None)
+    if available is None:
         return DEFAULT_KV_CACHE_MB
-    return max(64, min(DEFAULT_KV_CACHE_MB, available_mb // 4))
+    return max(64, min(DEFAULT_KV_CACHE_MB, available // 2**20 // 4))
 
 
 @dataclass
