@@ -2,10 +2,12 @@
 
 The recipe's SFT stage runs once from the base model (or `--start` names a model folder), then
 each setting — a name and recipe overrides, `name:key=value,key=value` — runs `--steps` RL steps
-from that start in a fresh process with its own env server (an env kwarg may differ per setting),
-so each setting's peak resident memory is its own. Settings take turns (`--rounds` > 1 repeats
+from that start in a fresh process with its own env server, so each setting's peak resident memory
+is its own. A setting that changes the environment (an `env.` override, e.g. a shorter observation)
+gets an SFT start of its own, trained the same way on that environment's demos. Settings take turns (`--rounds` > 1 repeats
 the cycle) so drift of this shared machine spreads over all of them. Per setting it prints the
-medians over its steps of: rollout, update and step seconds; turns and tokens per episode; the
+medians over its steps of: rollout seconds (and those in the engine's forwards: the rest is time
+spent on environments and the loop), update and step seconds; turns and tokens per episode; the
 share of groups with signal; samples back-propagated; success; and the process's peak RSS, with
 each setting's step time as a ratio of the first setting's (measured in the same run).
 
@@ -16,6 +18,7 @@ each setting's step time as a ratio of the first setting's (measured in the same
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import statistics
@@ -34,7 +37,7 @@ from agentrl_core.hardware import describe_cpu  # noqa: E402
 
 PER_STEP = ("time/rollout_s", "time/train_s", "time/step_s", "turns_mean", "episode_tokens", "response_length",
             "groups_with_signal", "samples_backpropagated", "success_rate", "rollout/prefilled_tokens",
-            "rollout/evictions", "memory/peak_after_rollout_gib")
+            "rollout/evictions", "rollout/forward_s", "memory/peak_after_rollout_gib")
 """Metrics of each RL step (metrics.jsonl) the table shows, as medians over a setting's steps."""
 
 
@@ -56,6 +59,11 @@ class Setting:
             raise argparse.ArgumentTypeError(f"setting {name!r}: overrides are KEY=VALUE, got {bad}")
         return cls(name, overrides)
 
+    @property
+    def env_overrides(self) -> tuple[str, ...]:
+        """The overrides that change the environment (its demos and observations), sorted."""
+        return tuple(sorted(item for item in self.overrides if item.startswith("env.")))
+
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,7 +72,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="NAME:KEY=VALUE,...; repeat for each setting (default: the recipe as it is)")
     p.add_argument("--steps", type=int, default=1, help="RL steps per setting and round")
     p.add_argument("--rounds", type=int, default=1, help="how many times the settings take turns")
-    p.add_argument("--start", help="start from this model folder instead of running the recipe's SFT stage")
+    p.add_argument("--start", help="start the settings that keep the recipe's environment from this model folder "
+                                   "instead of running the recipe's SFT stage")
     p.add_argument("--root", default="runs/bench-agent-step")
     p.add_argument("--json")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one setting in this process
@@ -82,23 +91,32 @@ def load(args: argparse.Namespace, run: str, extra: tuple[str, ...] = ()):
     return load_recipe(args.recipe, [*args.overrides, f"run.root={args.root}", f"run.name={run}", *extra])
 
 
-def sft_start(args: argparse.Namespace) -> Path:
-    """The recipe's SFT stage from the base model, exported; reused when a previous run left it."""
+def sft_name(env_overrides: tuple[str, ...]) -> str:
+    """The run folder of the SFT start for these environment overrides ("sft" for the recipe's own)."""
+    if not env_overrides:
+        return "sft"
+    return "sft-" + hashlib.blake2b("\n".join(env_overrides).encode(), digest_size=4).hexdigest()
+
+
+def sft_start(args: argparse.Namespace, env_overrides: tuple[str, ...] = ()) -> Path:
+    """The recipe's SFT stage (with `env_overrides`) from the base model, exported; reused when a previous
+    run left it."""
     from agentrl_core.checkpoints import export_hf
     from agentrl_core.envs import launch_server
     from agentrl_core.models import resolve_model
     from agentrl_core.training.sft import train_sft
 
-    cfg = load(args, "sft")
+    cfg = load(args, sft_name(env_overrides), env_overrides)
     out = cfg.run_dir / "export"
     if (out / "config.json").exists():
-        print(f"SFT start: reusing {out}", flush=True)
+        print(f"SFT start{' for ' + ','.join(env_overrides) if env_overrides else ''}: reusing {out}", flush=True)
         return out
     t = time.time()
     with launch_server([cfg.env.name], env_kwargs={cfg.env.name: cfg.env.kwargs}) as server:
         ckpt = train_sft(cfg, init_model=resolve_model(cfg.model.name), env_url=server.url).checkpoint
     model = export_hf(Path(ckpt), out)
-    print(f"SFT start: {cfg.sft.demos} demos x {cfg.sft.epochs} epochs in {(time.time() - t) / 60:.1f} min", flush=True)
+    print(f"SFT start{' for ' + ','.join(env_overrides) if env_overrides else ''}: {cfg.sft.demos} demos x "
+          f"{cfg.sft.epochs} epochs in {(time.time() - t) / 60:.1f} min", flush=True)
     return model
 
 
@@ -141,18 +159,19 @@ def summarise(steps: list[dict], rss: list[float]) -> dict[str, float]:
     return row | {"peak_rss_gib": max(rss), "steps": float(len(steps))}
 
 
-def report(args: argparse.Namespace, rows: dict[str, dict[str, float]], start: Path, wall_s: float) -> None:
+def report(args: argparse.Namespace, rows: dict[str, dict[str, float]], starts: dict[str, Path],
+           wall_s: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
     first = next(iter(rows.values()))
-    table = Table("setting", "rollout s", "update s", "step s", "x first", "turns", "tokens/episode",
+    table = Table("setting", "start", "rollout s", "engine s", "update s", "step s", "x first", "turns", "tokens/episode",
                   "gen tokens/episode", "prefilled", "evictions", "groups w/ signal", "backprop'd", "success",
                   "peak after rollout GiB", "peak RSS GiB",
-                  title=f"RL step cost: {args.recipe}, start {start}", caption=describe_cpu())
+                  title=f"RL step cost: {args.recipe}", caption=describe_cpu())
     for name, r in rows.items():
-        table.add_row(name, *(f"{r.get(k, float('nan')):.1f}" for k in ("time/rollout_s", "time/train_s",
-                                                                         "time/step_s")),
+        table.add_row(name, str(starts[name]), *(f"{r.get(k, float('nan')):.1f}" for k in (
+            "time/rollout_s", "rollout/forward_s", "time/train_s", "time/step_s")),
                       f"{r['time/step_s'] / first['time/step_s']:.2f}x", f"{r.get('turns_mean', 0):.1f}",
                       f"{r.get('episode_tokens', 0):.0f}", f"{r.get('response_length', 0):.0f}",
                       f"{r.get('rollout/prefilled_tokens', 0):.0f}", f"{r.get('rollout/evictions', 0):.0f}",
@@ -162,7 +181,8 @@ def report(args: argparse.Namespace, rows: dict[str, dict[str, float]], start: P
     Console(width=max(Console().width, 200)).print(table)
     figures = {f"{name}/{k}": v for name, r in rows.items() for k, v in r.items()}
     figures |= {f"{name}/step_x_first": r["time/step_s"] / first["time/step_s"] for name, r in rows.items()}
-    save_json(args.json, {"figures": figures, "wall_s": wall_s, "recipe": args.recipe, "start": str(start),
+    save_json(args.json, {"figures": figures, "wall_s": wall_s, "recipe": args.recipe,
+                          "starts": {name: str(path) for name, path in starts.items()},
                           "settings": {s.name: list(s.overrides) for s in args.settings}})
 
 
@@ -172,15 +192,27 @@ def main() -> None:
         run_child(args)
         return
     begun = time.time()
-    start = Path(args.start) if args.start else sft_start(args)
+    starts = starts_of(args)
     steps: dict[str, list[dict]] = {s.name: [] for s in args.settings}
     rss: dict[str, list[float]] = {s.name: [] for s in args.settings}
     for _ in range(args.rounds):
         for setting in args.settings:
-            got, peak = run_setting(args, setting, start)
+            got, peak = run_setting(args, setting, starts[setting.name])
             steps[setting.name] += got
             rss[setting.name].append(peak)
-    report(args, {name: summarise(steps[name], rss[name]) for name in steps}, start, time.time() - begun)
+    report(args, {name: summarise(steps[name], rss[name]) for name in steps}, starts, time.time() - begun)
+
+
+def starts_of(args: argparse.Namespace) -> dict[str, Path]:
+    """Each setting's SFT start: `--start` or the recipe's SFT for the recipe's environment, one SFT per
+    distinct set of environment overrides (trained before any RL step is timed)."""
+    by_env: dict[tuple[str, ...], Path] = {}
+    if args.start:
+        by_env[()] = Path(args.start)
+    for setting in args.settings:
+        if setting.env_overrides not in by_env:
+            by_env[setting.env_overrides] = sft_start(args, setting.env_overrides)
+    return {s.name: by_env[s.env_overrides] for s in args.settings}
 
 
 if __name__ == "__main__":

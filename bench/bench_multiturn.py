@@ -24,6 +24,7 @@ success (first/last) per run. Plot: `<root>/curves.png`.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections import defaultdict
@@ -46,14 +47,26 @@ from agentrl_core.models import resolve_model  # noqa: E402
 from agentrl_core.models.compute import resolve_compute_settings  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402
 from agentrl_core.tasksets import resolve_task_ids  # noqa: E402
-from agentrl_core.training.grpo import train_grpo  # noqa: E402
+from agentrl_core.training.grpo import ALGORITHM_FILE, train_grpo  # noqa: E402
 from agentrl_core.training.metrics import read_metrics  # noqa: E402
 from agentrl_core.training.sft import train_sft  # noqa: E402
 from agentrl_core.training.validation import held_back_ids  # noqa: E402
 
-ADVANTAGE = {"grpo": ["algorithm.advantage=grpo"], "gigpo": ["algorithm.advantage=gigpo"]}
-"""Algorithm name -> its overrides on the recipe, always explicit: the recipe's own estimator may be either
-(gigpo keeps the recipe's gamma and step weight)."""
+ARMS = {
+    "grpo": ("grpo", []),
+    "gigpo": ("gigpo", []),
+    "gigpo-pool": ("gigpo", ["experience.enabled=true", "experience.mode=mixed"]),
+}
+"""RL arm -> (its advantage estimator, its other overrides). The estimator is always set explicitly: the
+recipe's own may be either (gigpo keeps the recipe's gamma and step weight). gigpo-pool is GiGPO with the
+experience pool in mixed mode (half of each group's samples see lessons retrieved from earlier successes;
+the pool's other settings are the recipe's); every arm is tested without the pool, on the same tasks."""
+
+
+def arm_overrides(arm: str) -> list[str]:
+    """The recipe overrides of an RL arm (ARMS)."""
+    advantage, extra = ARMS[arm]
+    return [f"algorithm.advantage={advantage}", *extra]
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--recipe", default="household_learn")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--sft-grid", type=SftSetting.parse, nargs="+", default=[SftSetting(32, 2), SftSetting(64, 2)])
-    p.add_argument("--algorithms", nargs="+", choices=sorted(ADVANTAGE), default=["gigpo", "grpo"])
+    p.add_argument("--algorithms", nargs="+", choices=sorted(ARMS), default=["gigpo", "grpo"],
+                   help="the RL arms (the first is the one later seeds run with --all-arms-seeds)")
     p.add_argument("--rl-minutes", type=float, default=10.0, help="wall time of each RL run (equal for all)")
     p.add_argument("--test-tasks", type=int, default=200, help="held-out test tasks every model plays once")
     p.add_argument("--val-tasks", type=int, default=64, help="validation tasks (training range, never trained on)")
@@ -143,16 +157,25 @@ class Bench:
 
     def rl(self, algorithm: str, seed: int, sft: Path) -> Path:
         name = f"{algorithm}-seed{seed}"
-        cfg = self.cfg(name, seed, *ADVANTAGE[algorithm], "trainer.steps=1000", "trainer.save_every=1000",
+        cfg = self.cfg(name, seed, *arm_overrides(algorithm), "trainer.steps=1000", "trainer.save_every=1000",
                        f"trainer.max_minutes={self.args.rl_minutes}", f"trainer.val_every={self.args.val_every}")
         t = time.time()
         ckpt = train_grpo(cfg, init_model=sft, env_url=self.url).checkpoint
         self.minutes[name] = (time.time() - t) / 60
+        check_estimator(cfg.run_dir / "grpo", ARMS[algorithm][0])
         return export_hf(Path(ckpt), cfg.run_dir / "export")
 
     def test(self, label: str, seed: int, model: Path) -> None:
         self.tests[label] = self.play(self.cfg(label, seed), model, self.test_ids, label)
         print(f"{label}: test {self.tests[label].success_text()}", flush=True)
+
+
+def check_estimator(stage_dir: Path, advantage: str) -> None:
+    """Refuse to score an arm that did not train with its own estimator (as the stage recorded it)."""
+    trained = json.loads((stage_dir / ALGORITHM_FILE).read_text())["advantage"]
+    if trained != advantage:
+        raise RuntimeError(f"an arm meant to train with advantage={advantage} trained with advantage={trained} "
+                           f"({stage_dir / ALGORITHM_FILE}): its scores would be another arm's")
 
 
 def run_seed(bench: Bench, seed: int, base: Path, chosen: SftSetting | None, all_arms: bool) -> SftSetting:
@@ -214,13 +237,14 @@ def task_types(env: str, kwargs: dict, ids: list[int]) -> dict[int, str] | None:
 
 
 def comparisons(bench: Bench) -> list[Comparison]:
-    """Each RL model vs its SFT start and vs the SFT control; GiGPO vs GRPO; per seed."""
+    """Each RL model vs its SFT start and vs the SFT control; GiGPO vs GRPO; GiGPO with the pool vs without; per
+    seed."""
     out = []
     for seed in bench.args.seeds:
         rl = [f"{a}-seed{seed}" for a in bench.args.algorithms]
         pairs = [(m, f"sft-seed{seed}") for m in rl] + [(m, f"sft-control-seed{seed}") for m in rl]
-        if "gigpo" in bench.args.algorithms and "grpo" in bench.args.algorithms:
-            pairs.append((f"gigpo-seed{seed}", f"grpo-seed{seed}"))
+        pairs += [(f"{a}-seed{seed}", f"{b}-seed{seed}") for a, b in (("gigpo", "grpo"), ("gigpo-pool", "gigpo"))
+                  if a in bench.args.algorithms and b in bench.args.algorithms]
         out += [compare(bench.tests[a].task_success, bench.tests[b].task_success, (a, b))
                 for a, b in pairs if a in bench.tests and b in bench.tests]
     return out

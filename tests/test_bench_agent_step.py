@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
-from bench.bench_agent_step import Setting, parse, summarise
+import bench.bench_agent_step as bench
+from bench.bench_agent_step import Setting, parse, sft_name, starts_of, summarise
 
 
 def test_settings_parse_their_overrides_and_reject_bad_text() -> None:
@@ -32,3 +34,16 @@ def test_a_summary_is_the_median_of_each_figure_and_the_largest_peak() -> None:
     assert row["time/step_s"] == 2.0 and row["time/rollout_s"] == 1.0 and row["episode_tokens"] == 200.0
     assert row["peak_rss_gib"] == 6.5 and row["steps"] == 3.0
     assert "turns_mean" not in row  # a figure some step lacks is left out, not made up
+
+
+def test_a_setting_that_changes_the_environment_gets_its_own_sft_start(monkeypatch) -> None:
+    trained = []
+    monkeypatch.setattr(bench, "sft_start", lambda args, env=(): trained.append(env) or Path(sft_name(env)))
+    args = parse(["--start", "given", "--setting", "recipe:", "--setting", "kl:algorithm.kl_rows=signal",
+                  "--setting", "here:env.kwargs.list_actions=here,algorithm.kl_rows=signal",
+                  "--setting", "here2:trainer.memory_gb=6,env.kwargs.list_actions=here"])
+    starts = starts_of(args)
+    assert trained == [("env.kwargs.list_actions=here",)]  # one SFT per environment, none for --start's
+    assert starts["recipe"] == starts["kl"] == Path("given")
+    assert starts["here"] == starts["here2"] == Path(sft_name(("env.kwargs.list_actions=here",)))
+    assert sft_name(()) == "sft" and sft_name(("env.max_turns=4",)) != sft_name(("env.max_turns=5",))

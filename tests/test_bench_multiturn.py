@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentrl_core.evaluation.metrics import EvalSummary, EpisodeResult, summarize
-from bench.bench_multiturn import Bench, SftSetting, by_type, comparisons, curves, plot, task_types
+from bench.bench_multiturn import Bench, SftSetting, arm_overrides, by_type, check_estimator, comparisons, curves, plot, task_types
 
 
 def test_sft_settings_parse_and_reject_bad_text() -> None:
@@ -42,6 +42,12 @@ def test_comparisons_pair_each_rl_model_with_its_start_the_control_and_each_othe
     gain = comps[("gigpo-seed0", "sft-seed0")]
     assert gain.diff == pytest.approx(0.5) and gain.low > 0 and gain.n == 40
     assert comps[("gigpo-seed1", "sft-seed1")].low < 0 < comps[("gigpo-seed1", "sft-seed1")].high
+    tests["gigpo-pool-seed0"] = _summary({t: t < 25 for t in ids})
+    pooled = {(c.a, c.b) for c in comparisons(_bench(tests, [0], ["gigpo", "gigpo-pool"], tmp_path))}
+    assert ("gigpo-pool-seed0", "gigpo-seed0") in pooled and ("gigpo-pool-seed0", "sft-seed0") in pooled
+    assert arm_overrides("gigpo-pool") == ["algorithm.advantage=gigpo", "experience.enabled=true",
+                                           "experience.mode=mixed"]
+    assert arm_overrides("grpo") == ["algorithm.advantage=grpo"]
 
 
 def test_success_by_household_task_type(tmp_path: Path) -> None:
@@ -72,8 +78,16 @@ def test_curves_read_the_rl_metrics_and_plot(tmp_path: Path) -> None:
 
 def test_each_algorithm_sets_its_estimator_whatever_the_recipe_says() -> None:
     from agentrl_core.recipes import load_recipe
-    from bench.bench_multiturn import ADVANTAGE
+    from bench.bench_multiturn import ARMS
 
     for recipe in ("household_learn", "household_grpo"):
-        for name, overrides in ADVANTAGE.items():
-            assert load_recipe(recipe, overrides).algorithm.advantage == name
+        for name, (advantage, _) in ARMS.items():
+            cfg = load_recipe(recipe, arm_overrides(name))
+            assert cfg.algorithm.advantage == advantage and cfg.experience.enabled == name.endswith("-pool")
+
+
+def test_an_arm_that_trained_with_another_estimator_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "algorithm.json").write_text('{"advantage": "gigpo", "kl_coef": 0.0}')
+    check_estimator(tmp_path, "gigpo")
+    with pytest.raises(RuntimeError, match="meant to train with advantage=grpo trained with advantage=gigpo"):
+        check_estimator(tmp_path, "grpo")

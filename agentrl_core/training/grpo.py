@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from agentrl_core.atomic_file import write_text_atomic
 from agentrl_core.config import RecipeConfig
 from agentrl_core.errors import ConfigError
 from agentrl_core.envs import EnvClient, RemoteEnv
@@ -65,11 +66,12 @@ def grpo_step(session: TrainingSession, engine: Engine, chat: ChatFormat, env_fa
 
 def engine_counters(engine: Any) -> dict[str, float]:
     """The native engine's running counts (prefilled and reused prompt tokens, evictions: a KV cache too
-    small for the batch shows as evictions and tokens prefilled again); {} for other engines."""
+    small for the batch shows as evictions and tokens prefilled again; seconds in forwards); {} for other
+    engines."""
     stats = getattr(engine, "stats", None)
     if not callable(stats):
         return {}
-    return {k: v for k, v in stats().items() if k in ("prefilled_tokens", "reused_tokens", "evictions")}
+    return {k: v for k, v in stats().items() if k in ("prefilled_tokens", "reused_tokens", "evictions", "forward_s")}
 
 
 def rollout_engine(cfg: RecipeConfig, session: TrainingSession, init_model: Path) -> Any:
@@ -106,13 +108,25 @@ def train_grpo(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: 
                on_step: StepCallback | None = None) -> StageResult:
     """Run (or resume) the GRPO stage to `trainer.steps`; returns its last checkpoint."""
     cfg = resolve_compute_settings(cfg, init_model)  # model.compute_dtype/cpu_threads auto -> this machine's
+    stage_dir = stage_dir or cfg.run_dir / "grpo"
+    record_algorithm(stage_dir, cfg)
     if cfg.distributed.backend == "ray":  # rollout and trainer as Ray actors; the same files and metrics
         from agentrl_core.distributed.driver import train_grpo_ray
 
         return train_grpo_ray(cfg, init_model=init_model, env_url=env_url, stage_dir=stage_dir, on_step=on_step)
-    stage_dir = stage_dir or cfg.run_dir / "grpo"
     with experience_for(cfg, stage_dir.parent) as cfg:  # the pool, when on and not already running
         return _train_local(cfg, init_model, env_url, stage_dir, on_step)
+
+
+ALGORITHM_FILE = "algorithm.json"
+"""The stage's algorithm section as it trains (estimator, loss, KL, ...), written at every start: what a
+run's numbers came from, readable without the command line that set it."""
+
+
+def record_algorithm(stage_dir: Path, cfg: RecipeConfig) -> Path:
+    """Write the recipe's algorithm section to `stage_dir/algorithm.json` (atomically; no secrets live there)."""
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    return write_text_atomic(stage_dir / ALGORITHM_FILE, cfg.algorithm.model_dump_json(indent=2) + "\n")
 
 
 def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: Path,

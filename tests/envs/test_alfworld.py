@@ -264,6 +264,27 @@ def test_episode_rewards_observations_and_invalid_actions() -> None:
     assert "Actions:" not in obs and info["available_actions"]
 
 
+def test_here_listing_says_the_commands_that_never_change_once() -> None:
+    _need_engine()
+    full, here = AlfWorld(), AlfWorld(list_actions="here")
+    obs_full, _ = full.reset(task_id=3)
+    obs, info = here.reset(task_id=3)
+    assert obs == obs_full and "go to countertop 1" in obs  # the first turn lists every command
+    assert "'go to'" in here.system_prompt and full.system_prompt == AlfWorld.system_prompt
+    for _ in range(3):
+        action = full.expert_action()
+        got_full, got = full.step(action), here.step(action)
+        assert got.info["available_actions"] == got_full.info["available_actions"]  # every command, as before
+        listed = got.observation.split("\nActions here: ")[1].split(" | ")
+        local = [a for a in got.info["available_actions"]
+                 if not a.startswith("go to ") and a not in ("help", "inventory", "look")]
+        assert listed == (local or ["(none)"])
+        assert got.observation.split("\n")[0] == got_full.observation.split("\n")[0]
+    assert len(got.observation) < len(got_full.observation)
+    with pytest.raises(ValueError, match="list_actions must be one of all, here, none"):
+        AlfWorld(list_actions="some")
+
+
 def test_agentgym_put_wording_wins() -> None:
     """AgentGym's ALFWorld 0.3 says "put X in/on Y" where 0.4 says "move X to Y"; both work."""
     _need_engine()

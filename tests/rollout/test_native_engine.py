@@ -72,6 +72,7 @@ def test_greedy_equals_hf_generate_single_and_multi_turn(real):
     first_turn = sum(len(p) + len(g.token_ids) - 1 for p, g in zip(prompts, got))
     assert reused == first_turn  # every token the first turn computed was reused
     assert prefilled == sum(len(s) for s in second) - first_turn
+    assert 0 < before["forward_s"] < stats["forward_s"]  # the forwards of each call are timed
 
 
 @pytest.mark.slow

@@ -32,6 +32,8 @@ def test_recipe_trains_two_steps(name: str, tiny_model_path: Path, env_server_ur
         pytest.skip(f"{cfg.env.name}'s extra is not installed")
     result = train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
     assert result.steps == 2 and Path(result.checkpoint).name.endswith("2")
+    recorded = json.loads((tmp_path / "grpo" / "algorithm.json").read_text())  # what the numbers came from
+    assert recorded == json.loads(cfg.algorithm.model_dump_json())
     lines = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]
     for m in lines:

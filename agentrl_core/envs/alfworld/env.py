@@ -6,7 +6,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentrl_core.envs.alfworld.catalog import TASK_TYPES
 from agentrl_core.envs.alfworld.dataset import (
@@ -63,6 +63,15 @@ def resolve_games(data_dir: str | os.PathLike[str] | None, seed: int, difficulty
     return GeneratedGames(seed, difficulty)
 
 
+def listing_mode(value: bool | str) -> str:
+    """The `list_actions` setting as one of AlfWorld.LISTINGS (True is "all", False is "none")."""
+    if isinstance(value, bool):
+        return "all" if value else "none"
+    if value not in AlfWorld.LISTINGS:
+        raise ValueError(f"list_actions must be one of {', '.join(AlfWorld.LISTINGS)} (or true/false), got {value!r}")
+    return value
+
+
 @register
 class AlfWorld(Env):
     """ALFWorld text games: six household task types, reward 1.0 when the goal holds.
@@ -73,6 +82,12 @@ class AlfWorld(Env):
     command returns "Nothing happens."; the episode is truncated after `max_steps`. A task id fixes
     the game (the reset `seed` is unused); the generated games also depend on `seed` and the
     difficulty kwargs given to the constructor.
+
+    `list_actions` says what the observation lists: "all" (every admissible command, every turn),
+    "here" (every command on the first turn; after it only the commands of where the agent stands:
+    the "go to" commands and help/inventory/look never change in a game, so they are said once,
+    which keeps a 20-turn context about a third shorter), or "none" (True and False mean "all" and
+    "none"). info["available_actions"] always holds every admissible command.
     """
 
     name = "alfworld"
@@ -86,13 +101,21 @@ class AlfWorld(Env):
         "You are a household robot in a text world. Reply with exactly one command from the Actions line, "
         "nothing else."
     )
+    LISTINGS: ClassVar[tuple[str, ...]] = ("all", "here", "none")
+    HERE_PROMPT = (
+        "You are a household robot in a text world. Reply with exactly one command, nothing else: one from the "
+        "last 'Actions here' line, or a 'go to', 'look' or 'inventory' command from the first Actions line."
+    )
+    EVERYWHERE: ClassVar[tuple[str, ...]] = ("go to ", "help", "inventory", "look")
+    """Commands that are admissible in every state of a game (the go-to commands change only by the
+    place the agent stands at): the "here" listing says them once."""
 
     def __init__(
         self,
         max_steps: int = 50,
         data_dir: str | None = None,
         seed: int = DEFAULT_SEED,
-        list_actions: bool = True,
+        list_actions: bool | str = "all",
         min_receptacles: int = 6,
         max_receptacles: int = 12,
         min_distractors: int = 3,
@@ -112,7 +135,9 @@ class AlfWorld(Env):
         self.games = resolve_games(data_dir, seed, difficulty)
         self.splits = dict(self.games.splits)
         self.max_steps = max_steps
-        self.list_actions = list_actions
+        self.list_actions = listing_mode(list_actions)
+        if self.list_actions == "here":
+            self.system_prompt = self.HERE_PROMPT  # type: ignore[misc]  (the instance's listing decides it)
         self._engine: Any = None
         self._state: Any = None
         self._loaded: str | None = None  # the game file the engine holds
@@ -181,9 +206,13 @@ class AlfWorld(Env):
         return list(self._state["admissible_commands"])
 
     def _with_actions(self, text: str) -> str:
-        if not self.list_actions:
+        if self.list_actions == "none":
             return text
-        return f"{text}\nActions: {' | '.join(self.admissible_actions())}"
+        actions = self.admissible_actions()
+        if self.list_actions == "all" or self._steps == 0:
+            return f"{text}\nActions: {' | '.join(actions)}"
+        here = [a for a in actions if not a.startswith(self.EVERYWHERE)]
+        return f"{text}\nActions here: {' | '.join(here) or '(none)'}"
 
     def _info(self) -> dict[str, Any]:
         won = bool(self._state["won"])

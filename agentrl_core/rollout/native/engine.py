@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
@@ -89,6 +90,7 @@ class NativeEngine:
         self.forward = PackedForward(model, self.cache, autocast)
         self.scheduler = Scheduler(self.cache, max_step_tokens=max_step_tokens, max_running=max_batch)
         self._next_rid = 0
+        self._forward_s = 0.0
         self._weights = self._weights_version()
 
     @property
@@ -166,10 +168,12 @@ class NativeEngine:
             if self.scheduler.waiting and not self.scheduler.running:
                 raise RuntimeError("the KV cache cannot admit any waiting request; raise rollout.engine.kv_cache_mb")
             return finished
+        begun = time.perf_counter()
         with torch.no_grad():
             logits = self.forward(plan.segments)
         sampling = self.scheduler.commit(plan)
         tokens, logprobs = sample_rows(logits, [r.params for r in sampling], [r.generator for r in sampling])
+        self._forward_s += time.perf_counter() - begun
         for req, tok, lp in zip(sampling, tokens, logprobs):
             req.out_tokens.append(tok)
             req.out_logprobs.append(lp)
@@ -181,8 +185,11 @@ class NativeEngine:
         return finished
 
     def stats(self) -> dict[str, float]:
-        """Counters since creation: prefilled, reused and copied prompt tokens, evictions, steps, cache size."""
+        """Counters since creation: prefilled, reused and copied prompt tokens, evictions, steps, cache size,
+        and the seconds spent in forwards and sampling (`forward_s`: a rollout's time less this is time
+        spent waiting on environments and in the agent loop)."""
         out = {k: float(v) for k, v in self.scheduler.stats.items()}
+        out["forward_s"] = self._forward_s
         out["kv_cache_mb"] = self.cache.bytes / 2**20
         return out
 
