@@ -144,6 +144,10 @@ class EngineConfig(Section):
     holds, vllm all at once: it schedules its own batches)."""
 
 
+RESOURCE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+"""A custom Ray resource name as agentrl accepts it (letters, digits, underscores)."""
+
+
 class DistributedConfig(Section):
     backend: Literal["local", "ray"] = "local"
     """local: rollout and training in this process; ray: rollout workers and a trainer worker as Ray actors."""
@@ -164,6 +168,16 @@ class DistributedConfig(Section):
     """How often one step's rollout is retried after a rollout worker died (the worker is recreated first)."""
     object_store_mb: int | None = Field(None, ge=75)
     """Object store size of a local Ray in MiB (holds one copy of the weights per step); None = Ray's default."""
+    trainer_resource: str | None = Field(None, pattern=RESOURCE_NAME)
+    """A custom Ray resource the trainer worker asks one unit of (e.g. "agentrl_trainer", given to one node with
+    `ray start --resources`), which places it on that node; None = wherever its CPUs and GPUs fit."""
+    rollout_resource: str | None = Field(None, pattern=RESOURCE_NAME)
+    """A custom Ray resource each rollout worker asks one unit of (e.g. "agentrl_rollout": a node given N units
+    takes N workers); None = wherever their CPUs and GPUs fit."""
+    ray_token_file: str | None = None
+    """With ray_address: the file holding the cluster's token (Ray's token authentication, e.g. the one
+    `deployments/ray_cluster.sh start` writes); None = Ray's own lookup (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH,
+    ~/.ray/auth_token, with RAY_AUTH_MODE=token). The token itself is never a setting."""
 
 
 class DeepSpeedConfig(Section):

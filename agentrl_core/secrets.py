@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
@@ -202,7 +203,8 @@ def reveal(value: Secret | str | None, what: str = "a secret setting") -> str | 
 
 def worker_environment(model: Any) -> dict[str, str]:
     """The variables a remote worker (a Ray actor on another node) needs to reveal `model`'s secret
-    settings and reach the run's servers: each env:VAR that is set, each loaded block, the bearer token."""
+    settings and reach the run's servers: each env:VAR that is set, each loaded block, the bearer token.
+    The Ray driver puts them in the object store and each actor adopts them (`adopt_worker_environment`)."""
     from agentrl_core.server_auth import TOKEN_ENV
 
     names = {TOKEN_ENV}
@@ -213,6 +215,12 @@ def worker_environment(model: Any) -> dict[str, str]:
         elif text.startswith(PREFECT_PREFIX):
             names.add(block_env_name(text[len(PREFECT_PREFIX):]))
     return {name: os.environ[name] for name in sorted(names) if name in os.environ}
+
+
+def adopt_worker_environment(environment: Mapping[str, str] | None) -> None:
+    """In a remote worker: take the variables `worker_environment` gathered (sent through Ray's object store,
+    so they appear in no job or actor metadata) into this process's environment."""
+    os.environ.update(environment or {})
 
 
 def move_inline_secrets(model: Any, prefix: str = "AGENTRL_SECRET_") -> dict[str, str]:

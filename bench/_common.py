@@ -11,13 +11,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agentrl_core.hardware import cpu_info, describe_cpu
+from agentrl_core.hardware import cpu_info, describe_cpu, peak_resident_bytes
 from bench.recording import current
 
 
 def peak_rss_gib() -> float:
-    """Peak resident memory of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    """Peak resident memory of this process so far: VmHWM, the high-water mark of this process's own memory
+    (getrusage's ru_maxrss is not: it keeps the parent's resident size at fork across exec, so a child of a
+    large benchmark process would report its parent's size); ru_maxrss where /proc is missing."""
+    hwm = peak_resident_bytes()
+    return hwm / 2**30 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def median(xs: list[float]) -> float:

@@ -77,6 +77,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--root", default="runs/bench-agent-step")
     p.add_argument("--json")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one setting in this process
+    p.add_argument("--sft-child", action="store_true", help=argparse.SUPPRESS)  # internal: train an SFT start
+    p.add_argument("--sft-env", action="append", default=[], help=argparse.SUPPRESS)  # its env overrides
     p.add_argument("overrides", nargs="*", help="recipe overrides every setting gets")
     args = p.parse_args(argv)
     args.settings = args.settings or [Setting("recipe", ())]
@@ -100,7 +102,22 @@ def sft_name(env_overrides: tuple[str, ...]) -> str:
 
 def sft_start(args: argparse.Namespace, env_overrides: tuple[str, ...] = ()) -> Path:
     """The recipe's SFT stage (with `env_overrides`) from the base model, exported; reused when a previous
-    run left it."""
+    run left it. It trains in a child process, so this one stays small (its children's memory and the
+    budget a setting gets from the memory available do not depend on which SFT ran before)."""
+    cfg = load(args, sft_name(env_overrides), env_overrides)
+    out = cfg.run_dir / "export"
+    if (out / "config.json").exists():
+        print(f"SFT start{' for ' + ','.join(env_overrides) if env_overrides else ''}: reusing {out}", flush=True)
+        return out
+    argv = [sys.executable, __file__, "--sft-child", "--recipe", args.recipe, "--root", args.root,
+            *[f"--sft-env={item}" for item in env_overrides], *args.overrides]
+    if subprocess.run(argv, check=False).returncode != 0 or not (out / "config.json").exists():
+        raise RuntimeError(f"the SFT start {sft_name(env_overrides)} failed; its output is above")
+    return out
+
+
+def train_sft_start(args: argparse.Namespace, env_overrides: tuple[str, ...]) -> Path:
+    """The SFT start itself (in the child process `sft_start` runs)."""
     from agentrl_core.checkpoints import export_hf
     from agentrl_core.envs import launch_server
     from agentrl_core.models import resolve_model
@@ -108,9 +125,6 @@ def sft_start(args: argparse.Namespace, env_overrides: tuple[str, ...] = ()) -> 
 
     cfg = load(args, sft_name(env_overrides), env_overrides)
     out = cfg.run_dir / "export"
-    if (out / "config.json").exists():
-        print(f"SFT start{' for ' + ','.join(env_overrides) if env_overrides else ''}: reusing {out}", flush=True)
-        return out
     t = time.time()
     with launch_server([cfg.env.name], env_kwargs={cfg.env.name: cfg.env.kwargs}) as server:
         ckpt = train_sft(cfg, init_model=resolve_model(cfg.model.name), env_url=server.url).checkpoint
@@ -191,6 +205,9 @@ def main() -> None:
     if args.child:
         run_child(args)
         return
+    if args.sft_child:
+        train_sft_start(args, tuple(args.sft_env))
+        return
     begun = time.time()
     starts = starts_of(args)
     steps: dict[str, list[dict]] = {s.name: [] for s in args.settings}
@@ -217,7 +234,7 @@ def starts_of(args: argparse.Namespace) -> dict[str, Path]:
 
 if __name__ == "__main__":
     reexec_script_with_tuned_malloc()  # the allocator `agentrl run` uses (AGENTRL_SYSTEM_MALLOC=1: glibc's default)
-    if "--child" in sys.argv:
+    if "--child" in sys.argv or "--sft-child" in sys.argv:
         main()
     else:
         run_recorded("agent_step", main)

@@ -47,3 +47,17 @@ def test_a_setting_that_changes_the_environment_gets_its_own_sft_start(monkeypat
     assert starts["recipe"] == starts["kl"] == Path("given")
     assert starts["here"] == starts["here2"] == Path(sft_name(("env.kwargs.list_actions=here",)))
     assert sft_name(()) == "sft" and sft_name(("env.max_turns=4",)) != sft_name(("env.max_turns=5",))
+
+
+def test_a_child_reports_its_own_peak_memory_not_its_parents(tmp_path: Path) -> None:
+    """The settings run in child processes of a benchmark that may be large: ru_maxrss would report the
+    parent's size at fork; the peak the bench reads is the child's own."""
+    import subprocess
+    import sys
+
+    held = bytearray(400 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])  # resident in this (parent) process
+    code = "from bench._common import peak_rss_gib; print(peak_rss_gib())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    assert float(out) < 0.3 and len(held) == 400 * 2**20

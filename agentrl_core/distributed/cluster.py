@@ -4,7 +4,10 @@ A local Ray answers only the run: it is started with Ray's token authentication 
 fresh token per run, so its GCS, raylet, workers and agents refuse a caller without that token (a Ray that
 accepted strangers would run their code as the run's user), and its session folder (sockets, logs, spilled
 objects) lives in a folder only this user can enter. Joining an existing cluster (distributed.ray_address),
-the user's own token setup applies: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, read by Ray.
+the cluster's token comes from distributed.ray_token_file (a file only its owner can read, as
+`deployments/ray_cluster.sh` writes it) or the user's own setup: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
+~/.ray/auth_token, read by Ray. The run's secret variables reach its workers through the object store
+(agentrl_core.distributed.driver), never through the job's runtime env, which any client can list.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from agentrl_core.config import DistributedConfig
@@ -32,6 +36,8 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 """Ray's authentication switch ("token" or "disabled"), read by every Ray process from its environment."""
 AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
 """The token itself; Ray reads it before RAY_AUTH_TOKEN_PATH and ~/.ray/auth_token."""
+AUTH_TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+"""A file holding the token, read by Ray when RAY_AUTH_TOKEN is not set."""
 
 
 def import_ray() -> Any:
@@ -57,12 +63,12 @@ def loopback_only() -> None:
 
 
 @contextmanager
-def ray_runtime(cfg: DistributedConfig, cpus_needed: float, env_vars: dict[str, str] | None = None) -> Iterator[None]:
-    """Ray for the duration of the block; `env_vars` (the run's bearer token and secret variables,
-    `secrets.worker_environment`) reach every worker through the job's runtime env, on every node.
+def ray_runtime(cfg: DistributedConfig, cpus_needed: float) -> Iterator[None]:
+    """Ray for the duration of the block.
 
     Already initialised in this process (e.g. by a test or a notebook): used as is, left running.
-    cfg.ray_address set: joined, disconnected after. Otherwise a local Ray on 127.0.0.1 only, no
+    cfg.ray_address set: joined (with cfg.ray_token_file's token when set), disconnected after.
+    Otherwise a local Ray on 127.0.0.1 only, no
     dashboard, requiring this run's token, with max(cores, cpus_needed) logical CPUs so the plan fits
     on a small machine (logical CPUs are scheduling slots, not pinned cores), shut down after.
     """
@@ -73,26 +79,25 @@ def ray_runtime(cfg: DistributedConfig, cpus_needed: float, env_vars: dict[str, 
         yield
         return
     if cfg.ray_address is not None:
-        ray.init(address=cfg.ray_address, include_dashboard=False, runtime_env=_runtime_env(env_vars))
-        try:
-            yield
-        finally:
-            ray.shutdown()
+        with cluster_token(cfg.ray_token_file):
+            ray.init(address=cfg.ray_address, include_dashboard=False)
+            try:
+                yield
+            finally:
+                ray.shutdown()
         return
     with run_token(), private_session_root() as root:
         try:
-            _start_local(ray, cfg, cpus_needed, env_vars, root)
+            _start_local(ray, cfg, cpus_needed, root)
             yield
         finally:
             ray.shutdown()
 
 
-def _start_local(ray: Any, cfg: DistributedConfig, cpus_needed: float, env_vars: dict[str, str] | None,
-                 root: str) -> None:
+def _start_local(ray: Any, cfg: DistributedConfig, cpus_needed: float, root: str) -> None:
     """ray.init of a local Ray: 127.0.0.1 only, no dashboard, its session under `root`."""
     store = cfg.object_store_mb * 1024**2 if cfg.object_store_mb else None
-    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=store,
-             runtime_env=_runtime_env(env_vars), _temp_dir=root,
+    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=store, _temp_dir=root,
              num_cpus=max(os.cpu_count() or 1, int(-(-cpus_needed // 1))))
     log.info("started a local Ray on 127.0.0.1 (token authentication, session under %s): %s",
              root, ray.cluster_resources())
@@ -106,18 +111,56 @@ def run_token() -> Iterator[None]:
     find it; never on a command line or in a file. Restored after, so a later `ray.init(address=...)`
     uses the user's own token setup again.
     """
-    saved = {name: os.environ.get(name) for name in (AUTH_MODE_ENV, AUTH_TOKEN_ENV)}
-    os.environ.update({AUTH_MODE_ENV: "token", AUTH_TOKEN_ENV: secrets.token_hex(32)})
+    with _auth_environment({AUTH_MODE_ENV: "token", AUTH_TOKEN_ENV: secrets.token_hex(32)}):
+        yield
+
+
+@contextmanager
+def cluster_token(path: str | None) -> Iterator[None]:
+    """Ray's token authentication with the token in `path` for a cluster joined in the block (no change when
+    None). The file must exist, hold a token and be readable by its owner only: a token others can read is
+    everyone's key to the cluster."""
+    if path is None:
+        yield
+        return
+    check_token_file(Path(path))
+    with _auth_environment({AUTH_MODE_ENV: "token", AUTH_TOKEN_PATH_ENV: str(Path(path).resolve()),
+                            AUTH_TOKEN_ENV: None}):
+        yield
+
+
+def check_token_file(path: Path) -> None:
+    """ConfigError unless `path` is a non-empty file that only its owner may read or write."""
+    if not path.is_file():
+        raise ConfigError(f"distributed.ray_token_file={path} does not exist; start the cluster with "
+                          "`bash deployments/ray_cluster.sh start`, which writes it, or point the setting at your token")
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise ConfigError(f"distributed.ray_token_file={path} can be read or written by others (mode {mode:o}): "
+                          f"`chmod 600 {path}`, and start the cluster again with a new token if it was shared")
+    if not path.read_text().strip():
+        raise ConfigError(f"distributed.ray_token_file={path} is empty")
+
+
+@contextmanager
+def _auth_environment(values: dict[str, str | None]) -> Iterator[None]:
+    """These RAY_AUTH_* variables (None: unset) for the block, seen by this process's Ray; restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+    _set_environment(values)
     _reload_ray_auth()
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environment(saved)
         _reload_ray_auth()
+
+
+def _set_environment(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _reload_ray_auth() -> None:
@@ -152,8 +195,3 @@ def private_session_root() -> Iterator[str]:
         log.warning("the local Ray's logs of this run are kept in %s", private)
         raise
     shutil.rmtree(private, ignore_errors=True)
-
-
-def _runtime_env(env_vars: dict[str, str] | None) -> dict[str, object] | None:
-    """Ray's job runtime env carrying `env_vars` to the workers (None when there are none)."""
-    return {"env_vars": dict(env_vars)} if env_vars else None

@@ -44,16 +44,17 @@ def train_grpo_ray(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_d
     check_combinations(cfg)  # a config built without validation (model_construct) is checked here too
     stage_dir = stage_dir or cfg.run_dir / "grpo"
     plan = plan_placement(cfg.distributed)
-    with ray_runtime(cfg.distributed, plan.cpus, env_vars=worker_environment(cfg)):
+    with ray_runtime(cfg.distributed, plan.cpus):
         ray = import_ray()
         check_fits(plan, ray.cluster_resources())
         rollout_group, trainer_group = create_placement_groups(plan)
+        environment = ray.put(worker_environment(cfg))  # not a runtime env: that is job metadata anyone can list
         trainer, pool = None, None
         try:
             trainer = remote_trainer_worker({"num_cpus": plan.trainer.cpus, "num_gpus": plan.trainer.gpus,
                                              "scheduling_strategy": in_group(trainer_group, 0)}
-                                            ).remote(cfg, str(init_model), str(stage_dir))
-            pool = RolloutPool(plan, rollout_group, str(init_model), env_url, cfg)
+                                            ).remote(cfg, str(init_model), str(stage_dir), environment=environment)
+            pool = RolloutPool(plan, rollout_group, str(init_model), env_url, cfg, environment)
             return _loop(cfg, trainer, pool, env_url, stage_dir, on_step)
         finally:
             _release(trainer, pool, rollout_group, trainer_group)

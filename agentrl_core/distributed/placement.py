@@ -14,13 +14,16 @@ TRAINER_CPUS = 1.0
 
 @dataclass(frozen=True)
 class Bundle:
-    """The resources of one actor: {"CPU": cpus, "GPU": gpus} in Ray's terms."""
+    """The resources of one actor: {"CPU": cpus, "GPU": gpus, custom: 1} in Ray's terms (`custom`: a resource
+    some nodes were started with, `ray start --resources`, which keeps the actor on those nodes)."""
 
     cpus: float
     gpus: float
+    custom: str | None = None
 
     def resources(self) -> dict[str, float]:
-        return {"CPU": self.cpus, **({"GPU": self.gpus} if self.gpus > 0 else {})}
+        return {"CPU": self.cpus, **({"GPU": self.gpus} if self.gpus > 0 else {}),
+                **({self.custom: 1.0} if self.custom else {})}
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,9 @@ def plan_placement(cfg: DistributedConfig) -> PlacementPlan:
     if cfg.train_gpus > cfg.gpus_per_node:
         raise ConfigError(f"distributed.train_gpus={cfg.train_gpus} exceeds distributed.gpus_per_node="
                           f"{cfg.gpus_per_node}: the trainer worker runs on one node")
-    rollout = tuple(Bundle(cfg.cpus_per_rollout_worker, per_worker) for _ in range(cfg.rollout_workers))
-    return PlacementPlan(rollout, Bundle(TRAINER_CPUS, float(cfg.train_gpus)))
+    rollout = tuple(Bundle(cfg.cpus_per_rollout_worker, per_worker, cfg.rollout_resource)
+                    for _ in range(cfg.rollout_workers))
+    return PlacementPlan(rollout, Bundle(TRAINER_CPUS, float(cfg.train_gpus), cfg.trainer_resource))
 
 
 def check_fits(plan: PlacementPlan, cluster: Mapping[str, float]) -> None:
@@ -79,6 +83,21 @@ def check_fits(plan: PlacementPlan, cluster: Mapping[str, float]) -> None:
         raise ConfigError(f"asked for {plan.cpus:g} CPUs ({len(plan.rollout)} rollout workers x "
                           f"{plan.rollout[0].cpus:g} + {plan.trainer.cpus:g} for the trainer) but the cluster has "
                           f"{cpus:g}; lower distributed.rollout_workers or distributed.cpus_per_rollout_worker")
+    for name, units in custom_units(plan).items():
+        if units > float(cluster.get(name, 0.0)):
+            setting = "distributed.trainer_resource" if name == plan.trainer.custom else "distributed.rollout_resource"
+            raise ConfigError(f"asked for {units:g} units of the custom resource {name!r} ({setting}) but the cluster "
+                              f"has {float(cluster.get(name, 0.0)):g}: start nodes with `ray start --resources "
+                              f"'{{\"{name}\": N}}'` (deployments/ray_cluster.sh does), or unset {setting}")
+
+
+def custom_units(plan: PlacementPlan) -> dict[str, float]:
+    """Units of each custom resource the plan asks for (one per bundle that names it)."""
+    units: dict[str, float] = {}
+    for bundle in (*plan.rollout, plan.trainer):
+        if bundle.custom:
+            units[bundle.custom] = units.get(bundle.custom, 0.0) + 1.0
+    return units
 
 
 def create_placement_groups(plan: PlacementPlan, timeout_s: float = 60.0) -> tuple[Any, Any]:

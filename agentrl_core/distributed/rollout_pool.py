@@ -47,8 +47,11 @@ class _Weights:
 class RolloutPool:
     """Creates one actor per rollout bundle of the placement plan, and keeps them alive and in sync."""
 
-    def __init__(self, plan: PlacementPlan, group: Any, init_model: str, env_url: str, cfg: RecipeConfig) -> None:
+    def __init__(self, plan: PlacementPlan, group: Any, init_model: str, env_url: str, cfg: RecipeConfig,
+                 environment: Any = None) -> None:
+        """`environment`: an ObjectRef of the run's secret variables, which every worker adopts."""
         self.plan, self.group, self.init_model, self.env_url, self.cfg = plan, group, init_model, env_url, cfg
+        self.environment = environment
         self.weights: _Weights | None = None
         self.workers = [self._spawn(i) for i in range(len(plan.rollout))]
 
@@ -59,7 +62,7 @@ class RolloutPool:
         bundle = self.plan.rollout[index]
         cls = remote_rollout_worker({"num_cpus": bundle.cpus, "num_gpus": bundle.gpus, "max_restarts": 0,
                                      "scheduling_strategy": in_group(self.group, index)})
-        return cls.remote(self.init_model, self.env_url, self.cfg)
+        return cls.remote(self.init_model, self.env_url, self.cfg, environment=self.environment)
 
     def sync(self, version: int, state_ref: Any) -> None:
         """Every worker to `version` (checked); a worker found dead is replaced, which loads it too."""

@@ -16,6 +16,7 @@ from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, Generation, LoopLimits, Trajectory, run_episodes
 from agentrl_core.rollout.engines import make_engine
+from agentrl_core.secrets import adopt_worker_environment
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,11 @@ class RolloutWorker:
     before the first rollout, so it never samples from weights the trainer does not hold.
     """
 
-    def __init__(self, init_model: str, env_url: str, cfg: RecipeConfig, device: str | None = None) -> None:
-        """`device` None: the GPU Ray assigned to this actor, else the CPU."""
+    def __init__(self, init_model: str, env_url: str, cfg: RecipeConfig, device: str | None = None,
+                 environment: Mapping[str, str] | None = None) -> None:
+        """`device` None: the GPU Ray assigned to this actor, else the CPU; `environment`: the run's secret
+        variables (agentrl_core.secrets.worker_environment), adopted first."""
+        adopt_worker_environment(environment)
         torch.manual_seed(cfg.trainer.seed)
         self.cfg = cfg
         self.model = load_model(init_model, dtype=cfg.model.dtype, device=device or actor_device())

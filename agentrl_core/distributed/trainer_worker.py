@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from agentrl_core.config import RecipeConfig
 from agentrl_core.distributed.rollout_worker import actor_device
 from agentrl_core.distributed.weight_sync import cpu_state_dict
 from agentrl_core.rollout import HFEngine, Trajectory
+from agentrl_core.secrets import adopt_worker_environment
 from agentrl_core.training.memory_plan import check_peak
 from agentrl_core.training.step_context import reference_model, update_context
 from agentrl_core.training.policy_update import policy_update
@@ -26,7 +27,9 @@ class TrainerWorker:
     cluster the stage folder must be on storage the driver can read too (shared or S3-synced).
     """
 
-    def __init__(self, cfg: RecipeConfig, init_model: str, stage_dir: str, device: str | None = None) -> None:
+    def __init__(self, cfg: RecipeConfig, init_model: str, stage_dir: str, device: str | None = None,
+                 environment: Mapping[str, str] | None = None) -> None:
+        adopt_worker_environment(environment)  # the run's secret variables, through the object store
         malloc_tuning.adopt()  # started with the tuned malloc (actor_options): keep it from any child process
         torch.manual_seed(cfg.trainer.seed)
         self.cfg = cfg

@@ -57,6 +57,22 @@ def test_check_fits_names_the_missing_resource() -> None:
     check_fits(cpu_plan, {"CPU": 7.0})
 
 
+def test_custom_resources_pin_the_trainer_and_the_rollout_workers_to_their_nodes() -> None:
+    plan = plan_placement(DistributedConfig(rollout_workers=2, trainer_resource="agentrl_trainer",
+                                            rollout_resource="agentrl_rollout"))
+    assert plan.trainer.resources() == {"CPU": 1.0, "agentrl_trainer": 1.0}
+    assert [b.resources() for b in plan.rollout] == [{"CPU": 1.0, "agentrl_rollout": 1.0}] * 2
+    two_nodes = {"CPU": 3.0, "agentrl_trainer": 1.0, "agentrl_rollout": 2.0}
+    check_fits(plan, two_nodes)
+    with pytest.raises(ConfigError, match=r"2 units of the custom resource 'agentrl_rollout' "
+                                          r"\(distributed.rollout_resource\) but the cluster has 1"):
+        check_fits(plan, {**two_nodes, "agentrl_rollout": 1.0})
+    with pytest.raises(ConfigError, match=r"'agentrl_trainer' \(distributed.trainer_resource\) but the cluster has 0"):
+        check_fits(plan, {"CPU": 3.0, "agentrl_rollout": 2.0})
+    with pytest.raises(ValueError, match="trainer_resource"):
+        DistributedConfig(trainer_resource="no spaces")
+
+
 def test_split_evenly_keeps_order_and_balances() -> None:
     assert split_evenly(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
     assert split_evenly([1], 3) == [[1], [], []]
