@@ -123,8 +123,9 @@ def cluster_token(path: str | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    check_token_file(Path(path))
-    with _auth_environment({AUTH_MODE_ENV: "token", AUTH_TOKEN_PATH_ENV: str(Path(path).resolve()),
+    file = Path(path).expanduser()
+    check_token_file(file)
+    with _auth_environment({AUTH_MODE_ENV: "token", AUTH_TOKEN_PATH_ENV: str(file.resolve()),
                             AUTH_TOKEN_ENV: None}):
         yield
 

@@ -18,6 +18,7 @@ from agentrl_core.distributed.placement import (
 )
 from agentrl_core.distributed.rollout_pool import RolloutPool, WorkersDied
 from agentrl_core.distributed.trainer_worker import remote_trainer_worker
+from agentrl_core.distributed.weight_sync import folder_files
 from agentrl_core.envs import EnvClient
 from agentrl_core.config_checks import check_combinations
 from agentrl_core.errors import AgentRLError
@@ -54,7 +55,8 @@ def train_grpo_ray(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_d
             trainer = remote_trainer_worker({"num_cpus": plan.trainer.cpus, "num_gpus": plan.trainer.gpus,
                                              "scheduling_strategy": in_group(trainer_group, 0)}
                                             ).remote(cfg, str(init_model), str(stage_dir), environment=environment)
-            pool = RolloutPool(plan, rollout_group, str(init_model), env_url, cfg, environment)
+            model = ray.put(folder_files(init_model))  # rollout nodes need no path shared with this one
+            pool = RolloutPool(plan, rollout_group, model, env_url, cfg, environment)
             return _loop(cfg, trainer, pool, env_url, stage_dir, on_step)
         finally:
             _release(trainer, pool, rollout_group, trainer_group)

@@ -16,7 +16,8 @@ Authentication: a fresh token in `<state>/token` (mode 0600) that every node req
 RAY_AUTH_TOKEN_PATH); a client without it is refused. This matters here: in cluster mode Ray's GCS and raylets
 listen on the machine's network address even when each node is given 127.0.0.1 (Ray's single-machine switch,
 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, refuses a second node), so the token is what keeps other hosts out.
-`<state>` is `$AGENTRL_HOME/ray-cluster` unless `--state` says otherwise; it is private to this user (0700).
+`<state>` is `$AGENTRL_HOME/ray-cluster` unless `--state` says otherwise; it and Ray's session folder (a
+short path under the temporary folder: Ray's socket paths must fit 107 bytes) are private to this user (0700).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -189,8 +191,7 @@ def start(state: Path, nodes: list[NodeSpec], port: int = DEFAULT_PORT, timeout_
     os.chmod(state, 0o700)
     token = new_token(state)
     env = node_environment(token)
-    session = state / "session"
-    shutil.rmtree(session, ignore_errors=True)
+    session = Path(tempfile.mkdtemp(prefix="agentrl-rc-")) / "ray"  # 0700; short: Ray's socket paths must fit 107 bytes
     address = f"127.0.0.1:{port}"
     head_log = state / "head.log"
     head = start_node(ray_start_args(None, port, 0, {"agentrl_head": 1.0}, session), env, head_log)
@@ -254,7 +255,7 @@ def stop(state: Path, grace_s: float = STOP_GRACE_S) -> list[str]:
             killed.append(role)
     for _, pgid in groups:
         alive(pgid)  # reap our own children
-    shutil.rmtree(record.session_dir, ignore_errors=True)
+    shutil.rmtree(Path(record.session_dir).parent, ignore_errors=True)
     (state / "cluster.json").unlink(missing_ok=True)
     Path(record.token_file).unlink(missing_ok=True)
     return killed

@@ -47,9 +47,10 @@ class _Weights:
 class RolloutPool:
     """Creates one actor per rollout bundle of the placement plan, and keeps them alive and in sync."""
 
-    def __init__(self, plan: PlacementPlan, group: Any, init_model: str, env_url: str, cfg: RecipeConfig,
+    def __init__(self, plan: PlacementPlan, group: Any, init_model: Any, env_url: str, cfg: RecipeConfig,
                  environment: Any = None) -> None:
-        """`environment`: an ObjectRef of the run's secret variables, which every worker adopts."""
+        """`init_model`: the model folder's path, or an ObjectRef of its files (weight_sync.folder_files);
+        `environment`: an ObjectRef of the run's secret variables, which every worker adopts."""
         self.plan, self.group, self.init_model, self.env_url, self.cfg = plan, group, init_model, env_url, cfg
         self.environment = environment
         self.weights: _Weights | None = None

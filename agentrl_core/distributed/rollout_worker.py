@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from agentrl_core.config import RecipeConfig, SamplingConfig
-from agentrl_core.distributed.weight_sync import UNSYNCED, accept, load_into
+from agentrl_core.distributed.weight_sync import UNSYNCED, accept, load_into, materialised
 from agentrl_core.envs import EnvClient, RemoteEnv
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
@@ -35,15 +35,17 @@ class RolloutWorker:
     before the first rollout, so it never samples from weights the trainer does not hold.
     """
 
-    def __init__(self, init_model: str, env_url: str, cfg: RecipeConfig, device: str | None = None,
-                 environment: Mapping[str, str] | None = None) -> None:
-        """`device` None: the GPU Ray assigned to this actor, else the CPU; `environment`: the run's secret
-        variables (agentrl_core.secrets.worker_environment), adopted first."""
+    def __init__(self, init_model: str | Mapping[str, bytes], env_url: str, cfg: RecipeConfig,
+                 device: str | None = None, environment: Mapping[str, str] | None = None) -> None:
+        """`init_model`: a model folder, or its files (weight_sync.folder_files, through the object store:
+        no path shared with the driver); `device` None: the GPU Ray assigned to this actor, else the CPU;
+        `environment`: the run's secret variables (agentrl_core.secrets.worker_environment), adopted first."""
         adopt_worker_environment(environment)
         torch.manual_seed(cfg.trainer.seed)
         self.cfg = cfg
-        self.model = load_model(init_model, dtype=cfg.model.dtype, device=device or actor_device())
-        tokenizer = load_tokenizer(init_model)
+        with materialised(init_model) as folder:  # a copy sent through Ray is removed once loaded
+            self.model = load_model(folder, dtype=cfg.model.dtype, device=device or actor_device())
+            tokenizer = load_tokenizer(folder)
         self.engine = make_engine(cfg.rollout.engine, self.model, tokenizer, autocast=cfg.model.compute_dtype)
         self.chat = ChatFormat(tokenizer)
         self.client = EnvClient(env_url, timeout=cfg.env.request_timeout_s)

@@ -7,7 +7,11 @@ never roll it back; the driver then checks that every worker reports exactly v.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -61,3 +65,39 @@ def sync_weights(workers: Sequence[Any], names: Sequence[str], version: int, sta
 
     ray.get([w.load_weights.remote(version, state_ref) for w in workers])
     check_versions(ray.get([w.weights_version.remote() for w in workers]), version, names)
+
+
+MODEL_FOLDER_LIMIT = 8 * 2**30
+"""Largest model folder sent through the object store (a 135M-3B model in bf16 fits; beyond, use shared storage)."""
+
+
+def folder_files(folder: str | Path) -> dict[str, bytes]:
+    """Every file of a model folder (config, tokenizer, weights) by its path inside the folder: what a
+    rollout worker on another node needs to build the model, sent once through the object store."""
+    root = Path(folder)
+    files = {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
+    size = sum(p.stat().st_size for p in files.values())
+    if size > MODEL_FOLDER_LIMIT:
+        raise AgentRLError(f"{root} holds {size / 2**30:.1f} GiB, more than the {MODEL_FOLDER_LIMIT / 2**30:g} GiB "
+                           "sent through Ray's object store; put the model where every node reads the same path")
+    return {name: path.read_bytes() for name, path in files.items()}
+
+
+@contextmanager
+def materialised(model: str | Mapping[str, bytes]) -> Iterator[str]:
+    """A folder holding `model` for the block: the path itself, or the files written to a private temporary
+    folder that is removed after (the caller loads what it needs inside the block)."""
+    if isinstance(model, str):
+        yield model
+        return
+    folder = tempfile.mkdtemp(prefix="agentrl-model-")  # mode 0700
+    try:
+        for name, data in model.items():
+            target = Path(folder) / name
+            if not target.resolve().is_relative_to(Path(folder).resolve()):
+                raise AgentRLError(f"a model file named {name!r} would be written outside its folder")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

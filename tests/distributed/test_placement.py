@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agentrl_core.config import DistributedConfig
@@ -104,3 +106,21 @@ def test_settings_the_ray_backend_cannot_run_are_refused_when_the_recipe_is_buil
 
     with pytest.raises((ConfigError, ValueError), match="not supported with distributed.backend=ray"):
         RecipeConfig(distributed={"backend": "ray"}, **setting)
+
+
+def test_a_model_folder_travels_as_files_and_its_copy_is_removed_after_loading(tmp_path) -> None:
+    from agentrl_core.distributed.weight_sync import folder_files, materialised
+    from agentrl_core.errors import AgentRLError
+
+    (tmp_path / "m" / "sub").mkdir(parents=True)
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "m" / "sub" / "w.bin").write_bytes(b"\x00\x01")
+    files = folder_files(tmp_path / "m")
+    assert files == {"config.json": b"{}", "sub/w.bin": b"\x00\x01"}
+    with materialised(files) as folder:
+        assert (Path(folder) / "sub" / "w.bin").read_bytes() == b"\x00\x01" and Path(folder) != tmp_path / "m"
+    assert not Path(folder).exists()  # nothing of the run is left on the worker's node
+    with materialised(str(tmp_path / "m")) as same:
+        assert same == str(tmp_path / "m")
+    with pytest.raises(AgentRLError, match="outside its folder"), materialised({"../evil": b""}):
+        pass

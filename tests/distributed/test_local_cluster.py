@@ -1,0 +1,107 @@
+"""The multi-node Ray cluster on one machine (deployments/ray_cluster.sh): its pieces, and a run placed on it.
+
+The end-to-end test is slow (~2 min): a head and two worker nodes, each its own `ray start`; strangers
+without the cluster's token refused; a GRPO step whose trainer and rollout worker land on the nodes named by
+their custom resources, the run's secrets reaching the other nodes without showing in Ray's metadata; and
+`stop` leaving no process of the cluster behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl_core.distributed import local_cluster as lc
+from agentrl_core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_node_specs_and_the_arguments_of_each_node() -> None:
+    assert lc.NodeSpec.parse("rollout:2") == lc.NodeSpec("rollout", 2)
+    assert lc.NodeSpec("trainer", 1).resource == "agentrl_trainer"
+    for bad in ("rollout", "rollout:0", ":1", "roll out:1", "rollout:x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="ROLE:CPUS"):
+            lc.NodeSpec.parse(bad)
+    head = lc.ray_start_args(None, 6390, 0, {"agentrl_head": 1.0}, Path("/tmp/s"))
+    node = lc.ray_start_args("127.0.0.1:6390", 6390, 1, {"agentrl_rollout": 1.0}, Path("/tmp/s"))
+    assert head[1:3] == ["start", "--block"] and node[1:3] == ["start", "--block"]
+    assert "--head" in head and head[head.index("--port") + 1] == "6390" and "--address" not in head
+    assert node[node.index("--address") + 1] == "127.0.0.1:6390" and "--head" not in node
+    assert json.loads(node[node.index("--resources") + 1]) == {"agentrl_rollout": 1.0}
+    for flag in lc.NODE_PORT_FLAGS:  # nodes sharing a machine each get their own ports
+        assert head[head.index(flag) + 1] != node[node.index(flag) + 1] or flag not in head
+
+
+def test_a_token_file_must_be_private_and_hold_a_token(tmp_path: Path) -> None:
+    from agentrl_core.distributed.cluster import AUTH_MODE_ENV, AUTH_TOKEN_PATH_ENV, check_token_file, cluster_token
+
+    path = tmp_path / "token"
+    with pytest.raises(ConfigError, match="does not exist; start the cluster"):
+        check_token_file(path)
+    path.write_text("abc")
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="can be read or written by others \\(mode 644\\): `chmod 600"):
+        check_token_file(path)
+    path.chmod(0o600)
+    path.write_text("")
+    with pytest.raises(ConfigError, match="is empty"):
+        check_token_file(path)
+    token = lc.new_token(tmp_path)
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text()) == 64
+    before = {k: os.environ.get(k) for k in (AUTH_MODE_ENV, AUTH_TOKEN_PATH_ENV)}
+    with cluster_token(str(token)):
+        assert os.environ[AUTH_MODE_ENV] == "token" and os.environ[AUTH_TOKEN_PATH_ENV] == str(token.resolve())
+    assert {k: os.environ.get(k) for k in before} == before  # restored after
+
+
+def _stranger(address: str, home: Path, **auth: str) -> subprocess.CompletedProcess[str]:
+    """A process of someone without the cluster's token joining it (its own HOME, none of our RAY_ variables)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(HOME=str(home), RAY_gcs_server_port_wait_time_s="2", **auth)
+    code = f"import ray; ray.init(address={address!r}); print('JOINED', ray.cluster_resources())"
+    return subprocess.run([sys.executable, "-c", code], env=env, text=True, capture_output=True, timeout=120,
+                          check=False)
+
+
+def _driver_env() -> dict[str, str]:
+    """The environment of a user's shell: no Ray switches of this test process (its imports set some)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+@pytest.mark.slow
+def test_a_run_on_a_three_node_cluster_is_placed_by_resources_and_keeps_strangers_out(
+        tiny_model_path: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    state = tmp_path / "cluster"
+    record = lc.start(state, [lc.NodeSpec("trainer", 1), lc.NodeSpec("rollout", 1)], port=lc.free_port())
+    groups = [int(n["pid"]) for n in record.nodes]
+    try:
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700 and len(record.nodes) == 3
+        refused = _stranger(record.address, tmp_path)
+        assert refused.returncode != 0 and "JOINED" not in refused.stdout, refused.stderr[-2000:]
+        wrong = _stranger(record.address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
+        assert wrong.returncode != 0 and "JOINED" not in wrong.stdout, wrong.stderr[-2000:]
+        run = subprocess.run([sys.executable, str(ROOT / "tests/distributed/cluster_driver.py"), str(tiny_model_path),
+                              str(tmp_path / "runs"), record.address, record.token_file],
+                             env=_driver_env(), text=True, capture_output=True, timeout=600, check=False)
+        lines = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
+        assert run.returncode == 0 and lines, (run.stdout + run.stderr)[-4000:]
+        result = json.loads(lines[-1][len("RESULT "):])
+    finally:
+        killed = lc.stop(state, grace_s=90)
+    assert result["steps"] == 1 and Path(result["checkpoint"]).exists()
+    assert result["placement"]["agentrl-trainer"] == ["agentrl_trainer"]  # on the trainer node, by its resource
+    assert result["placement"]["agentrl-rollout"] == ["agentrl_rollout"]
+    assert result["leaked"] is False  # the env server's token reached the rollout node, not Ray's metadata
+    assert killed == [] and not any(lc.group_alive(g) for g in groups)  # every node exited on SIGTERM
+    assert not Path(record.session_dir).parent.exists() and not (state / "cluster.json").exists()
