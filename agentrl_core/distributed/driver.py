@@ -70,7 +70,7 @@ def _loop(cfg: RecipeConfig, trainer: Any, pool: RolloutPool, env_url: str, stag
         train_ids = resolve_task_ids(cfg.env, client, "train")
     last: dict[str, float] = {}
     for step in range(start, cfg.trainer.steps):
-        pool.sync(step, trainer.state_dict.remote())  # one object-store copy per step, resolved by every worker
+        sync_from_trainer(trainer, pool, step, stage_dir)
         last = ray_step(trainer, pool, train_ids, step, cfg, stage_dir)
         trainer_get(trainer.log.remote(step + 1, last), stage_dir)
         if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == cfg.trainer.steps:
@@ -81,6 +81,18 @@ def _loop(cfg: RecipeConfig, trainer: Any, pool: RolloutPool, env_url: str, stag
         trainer_get(trainer.save.remote(0), stage_dir)
     checkpoint = trainer_get(trainer.last_checkpoint.remote(), stage_dir)
     return StageResult("grpo", checkpoint, cfg.trainer.steps, start, last)
+
+
+def sync_from_trainer(trainer: Any, pool: RolloutPool, step: int, stage_dir: Path) -> None:
+    """The trainer's weights to every rollout worker (one object-store copy, resolved by each worker). When the
+    sync fails and the trainer does not answer either, the trainer's death is the error (TrainerDied, saying
+    how to resume), not a worker's version."""
+    ray = import_ray()
+    try:
+        pool.sync(step, trainer.state_dict.remote())
+    except (AgentRLError, ray.exceptions.RayError):
+        trainer_get(trainer.start_step.remote(), stage_dir)  # raises TrainerDied when the trainer is gone
+        raise
 
 
 def ray_step(trainer: Any, pool: RolloutPool, train_ids: Sequence[int], step: int, cfg: RecipeConfig,

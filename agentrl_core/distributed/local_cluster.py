@@ -3,6 +3,7 @@
 For trying the Ray backend as a real cluster before there is one (deployments/ray_cluster.sh):
 
     python -m agentrl_core.distributed.local_cluster start [--node trainer:1 --node rollout:1 ...] [--port 6390]
+    python -m agentrl_core.distributed.local_cluster add --node trainer:1   (e.g. after a node died)
     python -m agentrl_core.distributed.local_cluster status | stop
 
 `start` runs a head node with no CPUs (it only hosts the GCS: nothing is scheduled there) and one worker node
@@ -199,24 +200,42 @@ def start(state: Path, nodes: list[NodeSpec], port: int = DEFAULT_PORT, timeout_
     record.save(state)
     try:
         wait_for_port(port, head, timeout_s, head_log)
-        for i, node in enumerate(nodes):
-            log = state / f"node-{i}-{node.role}.log"
-            pid = start_node(ray_start_args(address, port, node.cpus, {node.resource: 1.0}, session), env, log)
-            record.nodes.append({"role": node.role, "pid": pid, "log": str(log), "cpus": node.cpus})
-            record.save(state)
-        wait_for_nodes(record, 1 + len(nodes), timeout_s)
+        add_nodes(state, record, nodes, timeout_s)
     except BaseException:
         stop(state)
         raise
     return record
 
 
-def wait_for_nodes(record: ClusterState, count: int, timeout_s: float) -> None:
-    """Wait until the cluster reports `count` live nodes (asked in a short-lived client process)."""
+def add(state: Path, nodes: list[NodeSpec], timeout_s: float = 120.0) -> ClusterState:
+    """Start `nodes` into the cluster recorded in `state` (e.g. a trainer node again after one died)."""
+    record = ClusterState.load(state)
+    add_nodes(state, record, nodes, timeout_s)
+    return record
+
+
+def add_nodes(state: Path, record: ClusterState, nodes: list[NodeSpec], timeout_s: float) -> None:
+    """Start each node joining `record.address`, record it, and wait until the cluster counts them all."""
+    env = node_environment(Path(record.token_file))
+    port = int(record.address.rsplit(":", 1)[1])
+    before = live_nodes(record) if len(record.nodes) > 1 else 1
+    started = []
+    for node in nodes:
+        log = state / f"node-{len(record.nodes) - 1}-{node.role}.log"
+        args = ray_start_args(record.address, port, node.cpus, {node.resource: 1.0}, Path(record.session_dir))
+        started.append({"role": node.role, "pid": start_node(args, env, log), "log": str(log), "cpus": node.cpus})
+        record.nodes.append(started[-1])
+        record.save(state)
+    wait_for_nodes(record, before + len(nodes), timeout_s, started)
+
+
+def wait_for_nodes(record: ClusterState, count: int, timeout_s: float, starting: list[dict]) -> None:
+    """Wait until the cluster reports `count` live nodes (asked in a short-lived client process); ClusterError
+    when one of the `starting` nodes exits first."""
     deadline = time.monotonic() + timeout_s
     seen = 0
     while time.monotonic() < deadline:
-        dead = [n for n in record.nodes if not alive(n["pid"])]
+        dead = [n for n in starting if not alive(n["pid"])]
         if dead:
             raise ClusterError(f"node {dead[0]['role']} exited while starting; see {dead[0]['log']}")
         seen = live_nodes(record)
@@ -288,7 +307,7 @@ def join_hint(record: ClusterState) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="ray_cluster", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["start", "stop", "status"])
+    p.add_argument("command", choices=["start", "add", "stop", "status"])
     p.add_argument("--node", dest="nodes", type=NodeSpec.parse, action="append",
                    help="a worker node ROLE:CPUS (repeat); default: trainer:1 rollout:1 rollout:1")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -301,6 +320,11 @@ def main(argv: list[str] | None = None) -> None:
             record = start(state, nodes, args.port)
             print(f"started {len(record.nodes)} nodes at {record.address} (token in {record.token_file})")
             print(join_hint(record))
+        elif args.command == "add":
+            if not args.nodes:
+                raise ClusterError("add needs at least one --node ROLE:CPUS")
+            record = add(state, args.nodes)
+            print(f"the cluster at {record.address} now has {len(record.nodes)} recorded nodes")
         elif args.command == "stop":
             killed = stop(state)
             print("stopped" + (f" (killed after {STOP_GRACE_S:g} s: {', '.join(killed)})" if killed else ""))

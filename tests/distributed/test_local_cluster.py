@@ -78,30 +78,53 @@ def _driver_env() -> dict[str, str]:
     return env
 
 
+def _drive(model: Path, root: Path, record: lc.ClusterState, *kill: str) -> tuple[int, str, dict | None]:
+    """A 3-step run on the cluster from a process of its own (kill: step and role whose raylet dies after it)."""
+    run = subprocess.run([sys.executable, str(ROOT / "tests/distributed/cluster_driver.py"), str(model), str(root),
+                          record.address, record.token_file, "3", *kill],
+                         env=_driver_env(), text=True, capture_output=True, timeout=900, check=False)
+    lines = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
+    return run.returncode, run.stdout + run.stderr, json.loads(lines[-1][len("RESULT "):]) if lines else None
+
+
 @pytest.mark.slow
-def test_a_run_on_a_three_node_cluster_is_placed_by_resources_and_keeps_strangers_out(
+def test_a_run_on_a_cluster_is_placed_by_resources_keeps_strangers_out_and_survives_its_nodes(
         tiny_model_path: Path, tmp_path: Path) -> None:
+    """Placement, strangers and secrets; a rollout node killed mid-run (the run goes on, its worker re-placed);
+    the trainer's node killed (the run stops saying so, and the same run resumes once a trainer node is back,
+    losing no more than one checkpoint interval); `stop` leaves nothing."""
     pytest.importorskip("ray")
     state = tmp_path / "cluster"
-    record = lc.start(state, [lc.NodeSpec("trainer", 1), lc.NodeSpec("rollout", 1)], port=lc.free_port())
-    groups = [int(n["pid"]) for n in record.nodes]
+    nodes = [lc.NodeSpec("trainer", 1), lc.NodeSpec("rollout", 1), lc.NodeSpec("rollout", 1)]
+    record = lc.start(state, nodes, port=lc.free_port())
     try:
-        assert stat.S_IMODE(state.stat().st_mode) == 0o700 and len(record.nodes) == 3
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700 and len(record.nodes) == 4
+        assert stat.S_IMODE(Path(record.token_file).stat().st_mode) == 0o600
         refused = _stranger(record.address, tmp_path)
         assert refused.returncode != 0 and "JOINED" not in refused.stdout, refused.stderr[-2000:]
         wrong = _stranger(record.address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
         assert wrong.returncode != 0 and "JOINED" not in wrong.stdout, wrong.stderr[-2000:]
-        run = subprocess.run([sys.executable, str(ROOT / "tests/distributed/cluster_driver.py"), str(tiny_model_path),
-                              str(tmp_path / "runs"), record.address, record.token_file],
-                             env=_driver_env(), text=True, capture_output=True, timeout=600, check=False)
-        lines = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
-        assert run.returncode == 0 and lines, (run.stdout + run.stderr)[-4000:]
-        result = json.loads(lines[-1][len("RESULT "):])
+        code, out, moved = _drive(tiny_model_path, tmp_path / "runs-a", record, "1", "rollout")
+        assert code == 0 and moved, out[-4000:]
+        code, out, _ = _drive(tiny_model_path, tmp_path / "runs-b", record, "2", "trainer")
+        assert code == 3 and "FAILED TrainerDied: the trainer worker died" in out, out[-4000:]
+        assert "start the stage again to resume" in out
+        lc.add(state, [lc.NodeSpec("trainer", 1)])  # a trainer node again
+        code, out, resumed = _drive(tiny_model_path, tmp_path / "runs-b", record)
+        assert code == 0 and resumed, out[-4000:]
+        groups = [int(n["pid"]) for n in lc.ClusterState.load(state).nodes]
     finally:
-        killed = lc.stop(state, grace_s=90)
-    assert result["steps"] == 1 and Path(result["checkpoint"]).exists()
-    assert result["placement"]["agentrl-trainer"] == ["agentrl_trainer"]  # on the trainer node, by its resource
-    assert result["placement"]["agentrl-rollout"] == ["agentrl_rollout"]
-    assert result["leaked"] is False  # the env server's token reached the rollout node, not Ray's metadata
-    assert killed == [] and not any(lc.group_alive(g) for g in groups)  # every node exited on SIGTERM
+        lc.stop(state, grace_s=90)
+    assert moved["steps"] == 3 and Path(moved["checkpoint"]).name == "step_000003"
+    first, last = moved["placements"][0], moved["placements"][-1]
+    (trainer_node, *trainer_res), = first["agentrl-trainer"]
+    (rollout_node, *rollout_res), = first["agentrl-rollout"]
+    assert trainer_res == ["agentrl_trainer"] and rollout_res == ["agentrl_rollout"]  # placed by their resources
+    (moved_node, *moved_res), = last["agentrl-rollout"]
+    assert moved_res == ["agentrl_rollout"] and moved_node != rollout_node  # re-placed on the rollout node left
+    assert last["agentrl-trainer"][0][0] == trainer_node
+    assert moved["leaked"] == [False, False, False]  # the env server's token reached the rollout nodes, not metadata
+    assert resumed["resumed_from"] == 2 and resumed["steps"] == 3  # checkpoint every step: nothing lost
+    assert resumed["placements"][0]["agentrl-trainer"][0][1:] == ["agentrl_trainer"]
+    assert not any(lc.group_alive(g) for g in groups)  # nothing of the cluster is left
     assert not Path(record.session_dir).parent.exists() and not (state / "cluster.json").exists()
