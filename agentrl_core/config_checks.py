@@ -137,7 +137,20 @@ def odd_settings(cfg: Recipe) -> list[str]:
         notes.append(f"algorithm.sample_filter=success keeps only samples with reward >= {alg.success_threshold}, "
                      f"so with 0/1 rewards the {alg.advantage} advantages of what is kept are all 0; RAFT pairs "
                      "the filter with advantage: raft")
-    notes += _odd_sizes(cfg)
+    notes += _odd_sizes(cfg) + _odd_cluster(cfg)
+    return notes
+
+
+def _odd_cluster(cfg: Recipe) -> list[str]:
+    """Cluster settings that do nothing where they are."""
+    dist = cfg.distributed
+    notes = []
+    if dist.ray_token_file is not None and dist.ray_address is None:
+        notes.append("distributed.ray_token_file is set but distributed.ray_address is not: a run's own local Ray "
+                     "makes a fresh token and ignores the file; set ray_address to join the cluster it belongs to")
+    if dist.backend == "local" and (dist.trainer_resource or dist.rollout_resource or dist.ray_address):
+        notes.append("distributed.backend=local runs rollout and training in this process, so ray_address, "
+                     "trainer_resource and rollout_resource are ignored; set distributed.backend=ray to use them")
     return notes
 
 

@@ -97,6 +97,8 @@ ODD = [
     (["sft.demos=100"], "SFT gets 64 demonstrations"),
     (["trainer.optim.warmup_steps=4"], "never reaches trainer.optim.lr"),
     (["experience.enabled=true", "experience.rollout_ratio=0.1"], "gives 0 of 4 samples"),
+    (["distributed.backend=ray", "distributed.ray_token_file=/tmp/t"], "ignores the file"),
+    (["distributed.trainer_resource=agentrl_trainer"], "set distributed.backend=ray to use them"),
 ]
 
 
