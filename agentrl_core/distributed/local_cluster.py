@@ -41,6 +41,8 @@ from agentrl_core.errors import AgentRLError
 
 DEFAULT_PORT = 6390
 """The head's GCS port (not Ray's usual 6379, so a Ray the user runs already is not in the way)."""
+NODE_START_S = 120.0
+"""How long a node may take to register with the GCS (Ray's RAY_raylet_start_wait_time_s, 30 s by default)."""
 STOP_GRACE_S = 60.0
 """How long a node gets to exit after SIGTERM (the GCS drains first) before its group is killed."""
 NODE_PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
@@ -111,6 +113,7 @@ def node_environment(token_file: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN"}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1",
                RAY_USAGE_STATS_ENABLED="0")
+    env.setdefault("RAY_raylet_start_wait_time_s", str(int(NODE_START_S)))  # Ray's 30 s is short on a busy machine
     return env
 
 
@@ -215,46 +218,44 @@ def add(state: Path, nodes: list[NodeSpec], timeout_s: float = 120.0) -> Cluster
 
 
 def add_nodes(state: Path, record: ClusterState, nodes: list[NodeSpec], timeout_s: float) -> None:
-    """Start each node joining `record.address`, record it, and wait until the cluster counts them all."""
+    """Start each node joining `record.address`, record it, and wait until the cluster reports it alive."""
     env = node_environment(Path(record.token_file))
     port = int(record.address.rsplit(":", 1)[1])
-    before = live_nodes(record) if len(record.nodes) > 1 else 1
-    started = []
-    for node in nodes:
+    for node in nodes:  # one at a time: several raylets registering at once time out on a busy machine
         log = state / f"node-{len(record.nodes) - 1}-{node.role}.log"
         args = ray_start_args(record.address, port, node.cpus, {node.resource: 1.0}, Path(record.session_dir))
-        started.append({"role": node.role, "pid": start_node(args, env, log), "log": str(log), "cpus": node.cpus})
-        record.nodes.append(started[-1])
+        manager = int(args[args.index("--node-manager-port") + 1])
+        started = {"role": node.role, "pid": start_node(args, env, log), "log": str(log), "cpus": node.cpus,
+                   "node_manager_port": manager}
+        record.nodes.append(started)
         record.save(state)
-    wait_for_nodes(record, before + len(nodes), timeout_s, started)
+        wait_for_node(record, started, timeout_s)
 
 
-def wait_for_nodes(record: ClusterState, count: int, timeout_s: float, starting: list[dict]) -> None:
-    """Wait until the cluster reports `count` live nodes (asked in a short-lived client process); ClusterError
-    when one of the `starting` nodes exits first."""
+def wait_for_node(record: ClusterState, node: dict, timeout_s: float) -> None:
+    """Wait until the cluster reports `node` (by its node-manager port) alive; ClusterError when its process
+    exits first or time runs out (asked in short-lived client processes)."""
     deadline = time.monotonic() + timeout_s
-    seen = 0
     while time.monotonic() < deadline:
-        dead = [n for n in starting if not alive(n["pid"])]
-        if dead:
-            raise ClusterError(f"node {dead[0]['role']} exited while starting; see {dead[0]['log']}")
-        seen = live_nodes(record)
-        if seen >= count:
+        if not alive(node["pid"]):
+            raise ClusterError(f"node {node['role']} exited while starting; see {node['log']}")
+        if node["node_manager_port"] in live_node_ports(record):
             return
         time.sleep(1.0)
-    raise ClusterError(f"{seen} of {count} nodes joined within {timeout_s:g} s; see the logs in "
-                       f"{Path(record.token_file).parent}")
+    raise ClusterError(f"node {node['role']} did not join within {timeout_s:g} s; see {node['log']}")
 
 
-def live_nodes(record: ClusterState) -> int:
-    """How many nodes the cluster reports alive (0 when it does not answer yet)."""
+def live_node_ports(record: ClusterState) -> set[int]:
+    """The node-manager ports of the nodes the cluster reports alive (none when it does not answer yet)."""
     code = ("import ray; ray.init(address=%r, log_to_driver=False); "
-            "print(sum(n['Alive'] for n in ray.nodes()))" % record.address)
+            "print(*[n['NodeManagerPort'] for n in ray.nodes() if n['Alive']])" % record.address)
     env = node_environment(Path(record.token_file))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                           check=False)
     lines = proc.stdout.strip().splitlines()
-    return int(lines[-1]) if proc.returncode == 0 and lines and lines[-1].isdigit() else 0
+    if proc.returncode != 0 or not lines:
+        return set()
+    return {int(x) for x in lines[-1].split() if x.isdigit()}
 
 
 def stop(state: Path, grace_s: float = STOP_GRACE_S) -> list[str]:

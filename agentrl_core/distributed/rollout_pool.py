@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,10 @@ from agentrl_core.errors import AgentRLError
 from agentrl_core.rollout import EpisodeSpec, Trajectory
 
 log = logging.getLogger(__name__)
+REPLACE_ATTEMPTS = 5
+"""How often a dead rollout worker is recreated before the error is the step's (see RolloutPool.replace)."""
+REPLACE_WAIT_S = 5.0
+"""Seconds before the k-th new attempt: k times this (Ray takes some 10-30 s to declare a silent node dead)."""
 SHARD_SEED_STRIDE = 10_007
 """Shard i samples with seed + i * stride, so workers draw different streams (shard 0 keeps the seed)."""
 
@@ -100,18 +105,30 @@ class RolloutPool:
     def replace(self, indices: Sequence[int], why: str) -> None:
         """New actors in the dead workers' bundles, loaded with the current weights.
 
-        The old actor is killed first: one that was only unreachable would otherwise keep its bundle.
+        The old actor is killed first: one that was only unreachable would otherwise keep its bundle. A
+        replacement can die too when its bundle's node is dead but not yet known to be (Ray notices a lost
+        node after missed heartbeats, and re-places its bundles only then): it is replaced again, after a
+        wait, up to REPLACE_ATTEMPTS times.
         """
         import ray
 
-        for i in indices:
-            log.error("%s died %s; recreating it with weights version %s", self.name(i), why,
-                      None if self.weights is None else self.weights.version)
-            ray.kill(self.workers[i])
-            self.workers[i] = self._spawn(i)
-        if self.weights is not None:
-            sync_weights([self.workers[i] for i in indices], [self.name(i) for i in indices],
-                         self.weights.version, self.weights.ref)
+        for attempt in range(1, REPLACE_ATTEMPTS + 1):
+            for i in indices:
+                log.error("%s died %s; recreating it with weights version %s", self.name(i), why,
+                          None if self.weights is None else self.weights.version)
+                ray.kill(self.workers[i])
+                self.workers[i] = self._spawn(i)
+            if self.weights is None:
+                return
+            try:
+                sync_weights([self.workers[i] for i in indices], [self.name(i) for i in indices],
+                             self.weights.version, self.weights.ref)
+                return
+            except ray.exceptions.RayActorError as err:
+                if err.actor_init_failed or attempt == REPLACE_ATTEMPTS:
+                    raise
+                why = f"again before its first weights (attempt {attempt} of {REPLACE_ATTEMPTS}: its node may be gone)"
+                time.sleep(REPLACE_WAIT_S * attempt)
 
     def _dead(self) -> list[int]:
         """The workers that do not answer (a dead actor raises on any call)."""
