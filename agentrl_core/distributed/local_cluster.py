@@ -37,6 +37,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from agentrl_core.atomic_file import write_text_atomic
 from agentrl_core.errors import AgentRLError
 
 DEFAULT_PORT = 6390
@@ -90,9 +91,7 @@ class ClusterState:
         return cls(**json.loads(path.read_text()))
 
     def save(self, state: Path) -> None:
-        tmp = state / "cluster.json.tmp"
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(state / "cluster.json")
+        write_text_atomic(state / "cluster.json", json.dumps(asdict(self), indent=2))
 
 
 def default_state_dir() -> Path:
