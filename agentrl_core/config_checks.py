@@ -74,6 +74,22 @@ def check_combinations(cfg: Recipe) -> None:
                 raise ConfigError(f"{name} is not supported with distributed.backend=ray yet (the Ray workers run "
                                   "in-process native or hf rollouts and a torch trainer); use "
                                   "distributed.backend=local or turn it off")
+    _check_async(cfg)
+
+
+def _check_async(cfg: Recipe) -> None:
+    """The asynchronous loop (distributed.max_policy_lag) runs on Ray and needs its off-policy correction."""
+    lag = cfg.distributed.max_policy_lag
+    if lag is None:
+        return
+    if cfg.distributed.backend != "ray":
+        raise ConfigError(f"distributed.max_policy_lag={lag} runs rollout and update at once, which needs rollout "
+                          "workers apart from the trainer: set distributed.backend=ray, or leave max_policy_lag "
+                          "unset for the synchronous loop")
+    if cfg.algorithm.tis_cap <= 0:
+        raise ConfigError(f"distributed.max_policy_lag={lag}: samples begun by older weights must be reweighted by "
+                          "pi_old/pi_behaviour (truncated importance sampling), which algorithm.tis_cap=0 turns off; "
+                          "set algorithm.tis_cap (e.g. 2.0)")
 
 
 # -- settings that cannot learn (refused when the recipe is built) --------------------------------

@@ -16,7 +16,8 @@ from agentrl_core.distributed.placement import (
     in_group,
     plan_placement,
 )
-from agentrl_core.distributed.rollout_pool import RolloutPool, WorkersDied
+from agentrl_core.distributed.async_loop import run_async
+from agentrl_core.distributed.rollout_pool import RolloutPool, RolloutRetriesExhausted, WorkersDied
 from agentrl_core.distributed.trainer_worker import remote_trainer_worker
 from agentrl_core.distributed.weight_sync import folder_files
 from agentrl_core.envs import EnvClient
@@ -29,10 +30,6 @@ from agentrl_core.training.session import StageResult, StepCallback
 from agentrl_core.training.timing import timed
 
 log = logging.getLogger(__name__)
-
-
-class RolloutRetriesExhausted(AgentRLError):
-    """A step's rollout failed more often than distributed.max_step_retries allows."""
 
 
 class TrainerDied(AgentRLError):
@@ -64,23 +61,42 @@ def train_grpo_ray(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_d
 
 def _loop(cfg: RecipeConfig, trainer: Any, pool: RolloutPool, env_url: str, stage_dir: Path,
           on_step: StepCallback | None) -> StageResult:
-    """Each step: sync the trainer's weights to the workers, roll out, update, log, checkpoint."""
+    """Each step: sync the trainer's weights to the workers, roll out, update, log, checkpoint; with
+    distributed.max_policy_lag set, the asynchronous schedule (distributed.async_loop) instead."""
     start = trainer_get(trainer.start_step.remote(), stage_dir)
     with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client:
         train_ids = resolve_task_ids(cfg.env, client, "train")
+    hooks = _StepHooks(cfg, trainer, stage_dir, on_step)
     last: dict[str, float] = {}
-    for step in range(start, cfg.trainer.steps):
-        sync_from_trainer(trainer, pool, step, stage_dir)
-        last = ray_step(trainer, pool, train_ids, step, cfg, stage_dir)
-        trainer_get(trainer.log.remote(step + 1, last), stage_dir)
-        if (step + 1) % cfg.trainer.save_every == 0 or step + 1 == cfg.trainer.steps:
-            trainer_get(trainer.save.remote(step + 1, {"metrics": last}), stage_dir)
-        if on_step is not None:
-            on_step(step + 1, cfg.trainer.steps, last)
+    if cfg.distributed.max_policy_lag is not None and start < cfg.trainer.steps:
+        sync_from_trainer(trainer, pool, start, stage_dir)  # the first rollout's weights; later ones in flight
+        last = run_async(cfg, trainer, pool, train_ids, start, stage_dir, hooks)
+    else:
+        for step in range(start, cfg.trainer.steps):
+            sync_from_trainer(trainer, pool, step, stage_dir)
+            last = ray_step(trainer, pool, train_ids, step, cfg, stage_dir)
+            hooks.after_step(step + 1, last)
     if cfg.trainer.steps == 0 and start == 0:
         trainer_get(trainer.save.remote(0), stage_dir)
     checkpoint = trainer_get(trainer.last_checkpoint.remote(), stage_dir)
     return StageResult("grpo", checkpoint, cfg.trainer.steps, start, last)
+
+
+class _StepHooks:
+    """What ends a step in either schedule: the trainer logs it, saves when due, the caller hears of it."""
+
+    def __init__(self, cfg: RecipeConfig, trainer: Any, stage_dir: Path, on_step: StepCallback | None) -> None:
+        self.cfg, self.trainer, self.stage_dir, self.on_step = cfg, trainer, stage_dir, on_step
+
+    def get(self, ref: Any) -> Any:
+        return trainer_get(ref, self.stage_dir)
+
+    def after_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.get(self.trainer.log.remote(step, metrics))
+        if step % self.cfg.trainer.save_every == 0 or step == self.cfg.trainer.steps:
+            self.get(self.trainer.save.remote(step, {"metrics": metrics}))
+        if self.on_step is not None:
+            self.on_step(step, self.cfg.trainer.steps, metrics)
 
 
 def sync_from_trainer(trainer: Any, pool: RolloutPool, step: int, stage_dir: Path) -> None:
@@ -98,8 +114,9 @@ def sync_from_trainer(trainer: Any, pool: RolloutPool, step: int, stage_dir: Pat
 def ray_step(trainer: Any, pool: RolloutPool, train_ids: Sequence[int], step: int, cfg: RecipeConfig,
              stage_dir: Path) -> dict[str, float]:
     """One step, with grpo_step's metrics plus `rollout_retries`: rollout on the pool → update on the trainer.
-    Not here: the native engine's counters (rollout/prefilled_tokens, ...) and the rollout phase's peak
-    memory, which belong to the rollout workers' processes; `memory/peak_rss_gib` is the trainer's."""
+    Not here: the native engine's counters (rollout/prefilled_tokens, ...), which belong to the rollout
+    workers' processes; `memory/peak_rss_gib` is the trainer's, `memory/rollout_peak_rss_gib` the largest
+    rollout worker's."""
     timings: dict[str, float] = {}
     with timed("rollout", timings):
         specs, seed = round_specs(step_tasks(train_ids, step, cfg), step, 0, cfg)
@@ -107,7 +124,8 @@ def ray_step(trainer: Any, pool: RolloutPool, train_ids: Sequence[int], step: in
         usable = usable_trajectories(trajs)
     write_trajectories(stage_dir / "rollout_log" / f"step_{step + 1:06d}.parquet", trajs, step=step + 1)
     metrics = rollout_metrics(trajs)
-    metrics.update(rollout_rounds=1.0, samples_trained=0.0, rollout_retries=float(retries))
+    metrics.update(rollout_rounds=1.0, samples_trained=0.0, rollout_retries=float(retries),
+                   **{"memory/rollout_peak_rss_gib": pool.peak_rss_gib()})
     with timed("train", timings):
         metrics.update(trainer_get(trainer.update.remote(usable), stage_dir))
     metrics.update(timings)

@@ -28,6 +28,10 @@ class WorkerStartError(AgentRLError):
     """A rollout worker failed in its constructor (bad model path, unreachable env server): not retried."""
 
 
+class RolloutRetriesExhausted(AgentRLError):
+    """A step's rollout failed more often than distributed.max_step_retries allows."""
+
+
 class WorkersDied(AgentRLError):
     """One or more rollout workers died during a call; `indices` names them."""
 
@@ -82,13 +86,33 @@ class RolloutPool:
             self.replace(self._dead(), f"during the weight sync to version {version} ({type(err).__name__})")
             check_versions(ray.get([w.weights_version.remote() for w in self.workers]), version, names)
 
-    def run(self, specs: Sequence[EpisodeSpec], seed: int) -> list[Trajectory]:
-        """Every spec played (contiguous shards, one per worker); raises WorkersDied naming the dead ones."""
+    def offer(self, version: int, state_ref: Any) -> None:
+        """Every worker gets `version` in flight (taken at its next decode step, a rollout under way goes on):
+        the asynchronous loop's sync. A dead worker is left to the rollout that finds it (WorkersDied)."""
         import ray
 
+        self.weights = _Weights(version, state_ref)
+        for i, worker in enumerate(self.workers):
+            try:
+                ray.get(worker.offer_weights.remote(version, state_ref))
+            except ray.exceptions.RayActorError as err:
+                log.error("%s did not take weights version %d (%s); its rollout will find it dead", self.name(i),
+                          version, type(err).__name__)
+
+    def run(self, specs: Sequence[EpisodeSpec], seed: int) -> list[Trajectory]:
+        """Every spec played (contiguous shards, one per worker); raises WorkersDied naming the dead ones."""
+        return self.collect(self.launch(specs, seed))
+
+    def launch(self, specs: Sequence[EpisodeSpec], seed: int) -> list[tuple[int, Any]]:
+        """Start playing every spec (contiguous shards, one per worker); (worker index, ObjectRef) per shard."""
         shards = split_evenly(specs, len(self.workers))
-        calls = [(i, w.run.remote(s, seed + i * SHARD_SEED_STRIDE))
-                 for i, (w, s) in enumerate(zip(self.workers, shards)) if s]
+        return [(i, w.run.remote(s, seed + i * SHARD_SEED_STRIDE))
+                for i, (w, s) in enumerate(zip(self.workers, shards)) if s]
+
+    def collect(self, calls: Sequence[tuple[int, Any]]) -> list[Trajectory]:
+        """The trajectories of launched shards, in spec order; raises WorkersDied naming the dead workers."""
+        import ray
+
         out: list[Trajectory] = []
         dead: dict[int, str] = {}
         for i, ref in calls:
@@ -101,6 +125,18 @@ class RolloutPool:
         if dead:
             raise WorkersDied(sorted(dead), "; ".join(f"{self.name(i)}: {d}" for i, d in dead.items()))
         return out
+
+    def peak_rss_gib(self) -> float:
+        """The largest peak resident memory of the live workers, GiB (a worker that does not answer: skipped)."""
+        import ray
+
+        peaks = []
+        for worker in self.workers:
+            try:
+                peaks.append(ray.get(worker.peak_rss_gib.remote(), timeout=60))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                continue
+        return max(peaks, default=0.0)
 
     def replace(self, indices: Sequence[int], why: str) -> None:
         """New actors in the dead workers' bundles, loaded with the current weights.

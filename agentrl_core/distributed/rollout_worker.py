@@ -10,8 +10,10 @@ from typing import Any
 import torch
 
 from agentrl_core.config import RecipeConfig, SamplingConfig
-from agentrl_core.distributed.weight_sync import UNSYNCED, accept, load_into, materialised
+from agentrl_core.distributed.inflight import InflightEngine
+from agentrl_core.distributed.weight_sync import UNSYNCED, materialised
 from agentrl_core.envs import EnvClient, RemoteEnv
+from agentrl_core.hardware import peak_resident_bytes
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, Generation, LoopLimits, Trajectory, run_episodes
@@ -46,14 +48,20 @@ class RolloutWorker:
         with materialised(init_model) as folder:  # a copy sent through Ray is removed once loaded
             self.model = load_model(folder, dtype=cfg.model.dtype, device=device or actor_device())
             tokenizer = load_tokenizer(folder)
-        self.engine = make_engine(cfg.rollout.engine, self.model, tokenizer, autocast=cfg.model.compute_dtype)
+        engine = make_engine(cfg.rollout.engine, self.model, tokenizer, autocast=cfg.model.compute_dtype)
+        self.engine = InflightEngine(engine, self.model)  # weights may arrive while it plays (offer_weights)
         self.chat = ChatFormat(tokenizer)
         self.client = EnvClient(env_url, timeout=cfg.env.request_timeout_s)
-        self.version = UNSYNCED
+
+    @property
+    def version(self) -> int:
+        """The version of the weights in use (UNSYNCED before the first sync)."""
+        return self.engine.version
 
     def run(self, specs: Sequence[EpisodeSpec], seed: int) -> list[Trajectory]:
-        """Play every spec to its end with the current weights; one trajectory per spec, in order."""
-        if self.version == UNSYNCED:
+        """Play every spec to its end; one trajectory per spec, in order. Weights offered meanwhile
+        (offer_weights) are taken between decode steps; each turn records its weights' versions."""
+        if self.engine.offered_version() == UNSYNCED:
             raise RuntimeError("rollout before the first weight sync: the driver must sync the trainer's weights first")
         limits = LoopLimits(self.cfg.env.max_turns, self.cfg.rollout.max_context_tokens)
         factory = lambda: RemoteEnv(self.client, self.cfg.env.name)
@@ -64,17 +72,27 @@ class RolloutWorker:
         return self.engine.generate(list(prompts), sampling, seed)
 
     def load_weights(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Take the trainer's weights of `version` (must be newer than the held one); returns it."""
-        accept(self.version, version)
-        load_into(self.model, state_dict)
-        if hasattr(self.engine, "invalidate"):  # the native engine's KV caches belong to the old weights
-            self.engine.invalidate()
+        """Take the trainer's weights of `version` (must be newer than the held one) now, between rollouts
+        (the synchronous loop; the native engine's KV caches belong to the old weights and are dropped);
+        returns it."""
+        self.engine.load_now(version, state_dict)
         self.model.eval()
-        self.version = version
+        return version
+
+    def offer_weights(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Take `version` in flight: a rollout under way switches to it at its next decode step (a later `run`
+        at its first); the asynchronous loop calls it while `run` plays (the actor runs two calls at once,
+        see remote_rollout_worker). Returns it."""
+        self.engine.offer(version, state_dict)
         return version
 
     def weights_version(self) -> int:
-        return self.version
+        """The newest version this worker was given (applied, or parked until its next decode step)."""
+        return self.engine.offered_version()
+
+    def peak_rss_gib(self) -> float:
+        """This worker process's peak resident memory so far (its engine's KV caches included), GiB."""
+        return peak_resident_bytes() / 2**30
 
     def pid(self) -> int:
         return os.getpid()
@@ -84,7 +102,8 @@ class RolloutWorker:
 
 
 def remote_rollout_worker(options: dict[str, Any]) -> Any:
-    """The actor class with Ray options (resources, scheduling strategy) applied."""
+    """The actor class with Ray options (resources, scheduling strategy) applied. Two calls may run at once, so
+    `offer_weights` reaches a worker busy in `run`; the driver never has two `run` calls of one worker out."""
     import ray
 
-    return ray.remote(RolloutWorker).options(**options)
+    return ray.remote(RolloutWorker).options(max_concurrency=2, **options)

@@ -16,12 +16,15 @@ class Generation:
     """One sampled reply: the new token ids, their log-probs and why generation stopped.
 
     `finish_reason` is "stop" when the reply ended with a stop token (kept in `token_ids`),
-    "length" when `max_new_tokens` ran out.
+    "length" when `max_new_tokens` ran out. `weight_versions` is (first, last): the policy versions
+    of the weights that generated its first and its last token, where weights change while a reply is
+    generated (asynchronous training with in-flight weight updates); None where nobody counts them.
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    weight_versions: tuple[int, int] | None = None
 
 
 class Engine(Protocol):

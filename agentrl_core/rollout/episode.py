@@ -68,6 +68,11 @@ def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: Episode
     return Episode(traj, env, state)
 
 
+WEIGHT_VERSIONS = "weight_versions"
+"""Trajectory.extra key: per model turn, [first, last] policy versions of the weights that generated its
+tokens (only where the engine counts them: agentrl_core.distributed.inflight)."""
+
+
 def advance(chat: ChatFormat, ep: Episode, gen: Generation | Exception, limits: LoopLimits, turn: int) -> None:
     """Append the reply, step the environment, append its observation (or end the episode)."""
     traj = ep.traj
@@ -77,6 +82,8 @@ def advance(chat: ChatFormat, ep: Episode, gen: Generation | Exception, limits: 
     start = len(traj.token_ids)
     traj.append(gen.token_ids, trainable=True, logprobs=gen.logprobs)
     traj.record_turn(start, ep.obs_key)
+    if gen.weight_versions is not None:  # per turn: the versions of its first and last token's weights
+        traj.extra.setdefault(WEIGHT_VERSIONS, []).append(list(gen.weight_versions))
     if gen.finish_reason != "stop":  # close the turn so the template stays well-formed
         traj.append([chat.eos_id], trainable=False)
     reply = chat.decode_reply(gen.token_ids)

@@ -108,6 +108,19 @@ def test_settings_the_ray_backend_cannot_run_are_refused_when_the_recipe_is_buil
         RecipeConfig(distributed={"backend": "ray"}, **setting)
 
 
+def test_the_async_loop_is_refused_without_ray_or_without_its_off_policy_correction():
+    from agentrl_core.config import RecipeConfig
+
+    with pytest.raises((ConfigError, ValueError), match="set distributed.backend=ray"):
+        RecipeConfig(distributed={"max_policy_lag": 1}, algorithm={"tis_cap": 2.0})
+    with pytest.raises((ConfigError, ValueError), match="set algorithm.tis_cap"):
+        RecipeConfig(distributed={"backend": "ray", "max_policy_lag": 1})
+    with pytest.raises(ValueError):
+        DistributedConfig(max_policy_lag=-1)
+    cfg = RecipeConfig(distributed={"backend": "ray", "max_policy_lag": 0}, algorithm={"tis_cap": 2.0})
+    assert cfg.distributed.max_policy_lag == 0
+
+
 def test_a_model_folder_travels_as_files_and_its_copy_is_removed_after_loading(tmp_path) -> None:
     from agentrl_core.distributed.weight_sync import folder_files, materialised
     from agentrl_core.errors import AgentRLError

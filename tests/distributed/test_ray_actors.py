@@ -185,7 +185,8 @@ def test_ray_backend_writes_what_the_local_backend_writes(ray_run, tiny_model_pa
     # the engine's counters and the rollout phase's peak live in the rollout workers' processes
     local_only = {k for k in local_m[0] if k.startswith("rollout/") or k == "memory/peak_after_rollout_gib"}
     assert {"rollout/prefilled_tokens", "memory/peak_after_rollout_gib"} <= local_only
-    assert set(ray_m[0]) - set(local_m[0]) == {"rollout_retries"} and set(local_m[0]) - local_only <= set(ray_m[0])
+    assert set(ray_m[0]) - set(local_m[0]) == {"rollout_retries", "memory/rollout_peak_rss_gib"}
+    assert set(local_m[0]) - local_only <= set(ray_m[0])
     for r, loc in zip(ray_m, local_m):  # one worker: the same episodes, seeds and update as the local loop
         assert r["rollout_retries"] == 0.0
         for key in ("reward_mean", "response_length", "turns_mean", "samples_trained"):
@@ -239,3 +240,67 @@ class _KillAfterSubmit:
                 return ref
 
         return _Method()
+
+
+ASYNC = ("algorithm.tis_cap=2.0", "trainer.steps=3")
+
+
+@pytest.fixture(scope="module")
+def async_pair(tiny_model_path, env_server_url, tmp_path_factory):
+    """The same 3-step run twice with truncated importance sampling on: the synchronous loop, and the
+    asynchronous one with max_policy_lag 0."""
+    root = tmp_path_factory.mktemp("async")
+    out = {}
+    for name, extra in (("sync", ()), ("lag0", ("distributed.max_policy_lag=0",))):
+        cfg = recipe(tiny_model_path, root / name, *TRAINS, *ASYNC, *extra)
+        train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=root / name / "grpo")
+        out[name] = root / name / "grpo"
+    return out
+
+
+def test_lag_0_through_the_async_machinery_reproduces_the_synchronous_loop(async_pair):
+    sync, lag0 = metrics(async_pair["sync"]), metrics(async_pair["lag0"])
+    assert [m["step"] for m in lag0] == [1, 2, 3]
+    for s, a in zip(sync, lag0):
+        for key in ("reward_mean", "response_length", "turns_mean", "samples_trained", "loss", "grad_norm",
+                    "entropy", "rollout_logp_diff"):
+            assert a[key] == s[key], key
+        assert a["lag/max"] == 0.0 and a["lag/last_mean"] == 0.0
+        assert {"time/trainer_wait_s", "time/rollout_wait_s"} <= set(a)
+    last = step_dir(async_pair["sync"] / "checkpoints", 3) / "model"
+    from safetensors.torch import load_file
+
+    a, b = load_file(last / "model.safetensors"), load_file(step_dir(async_pair["lag0"] / "checkpoints", 3) / "model"
+                                                          / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_lag_1_stays_in_its_bound_and_a_killed_rollout_worker_is_replaced_without_losing_the_step(
+        tiny_model_path, env_server_url, tmp_path, monkeypatch, caplog):
+    original, launches = RolloutPool.launch, []
+
+    def launch_then_kill(pool, specs, seed):  # the second step's rollout loses worker 0 while in flight
+        launches.append(seed)
+        if len(launches) == 2:
+            pool.workers[0] = _KillAfterSubmit(pool, 0)
+        return original(pool, specs, seed)
+
+    monkeypatch.setattr(RolloutPool, "launch", launch_then_kill)
+    cfg = recipe(tiny_model_path, tmp_path, *TRAINS, *ASYNC, "trainer.steps=4", "distributed.max_policy_lag=1",
+                 "distributed.rollout_workers=2")
+    with caplog.at_level(logging.ERROR, logger="agentrl_core.distributed"):
+        result = train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
+    assert result.steps == 4
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("step 2: rollout workers [0] died" in e for e in errors), errors
+    lines = metrics(tmp_path / "grpo")
+    assert [m["step"] for m in lines] == [1, 2, 3, 4]
+    assert [m["rollout_retries"] for m in lines] == [0.0, 1.0, 0.0, 0.0]
+    assert all(m["samples_trained"] == 4.0 for m in lines)  # every episode of every step came back
+    assert launches[1] == launches[2]  # the step was replayed with its own seed
+    assert lines[0]["lag/max"] == 0.0  # the first batch: nothing ran ahead of it
+    assert all(0.0 <= m["lag/last_mean"] <= m["lag/mean"] <= m["lag/max"] <= 1.0 for m in lines)
+    from agentrl_core.rollout.io import read_trajectories
+
+    trajs = read_trajectories(tmp_path / "grpo" / "rollout_log" / "step_000004.parquet")
+    assert all(t.extra["weight_versions"] for t in trajs if not t.error)

@@ -159,6 +159,17 @@ class NativeEngine:
             raise RuntimeError("cannot drop the KV cache while requests are generating")
         self.scheduler.drop_idle()
 
+    def adopt_weights(self) -> None:
+        """Take the model's new weights between two steps *without* draining the batch (an in-flight weight
+        update, as in PipelineRL): a request generating goes on with the keys and values its earlier tokens got
+        from the older weights; every token sampled from here on uses the new weights, and its log-prob is the
+        one it was sampled with, so the trainer's importance weights see exactly the behaviour policy. Idle
+        cached sequences (an episode between turns, a finished one kept as a prefix donor) are dropped, so no
+        new request starts from the old weights' keys and values: they are prefilled again."""
+        self.scheduler.drop_idle()
+        self.forward.release()  # a fresh snapshot of the new weights at the next forward
+        self._weights = self._weights_version()
+
     def step(self) -> list[Finished]:
         """Admit what fits, run one packed forward, sample; returns the requests finished by this step."""
         self._check_weights()
