@@ -20,9 +20,11 @@ reward, and the test success with its 95% interval and its paired difference to 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -55,6 +57,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--lags", type=int, nargs="+", default=[1, 2], help="max_policy_lag of each async mode")
     p.add_argument("--rollout-workers", type=int, default=1)
     p.add_argument("--tis-cap", type=float, default=2.0, help="algorithm.tis_cap, in every mode")
+    p.add_argument("--kv-cache-mb", type=int, default=1024,
+                   help="each rollout worker's KV cache (rollout.engine.kv_cache_mb): trainer, workers and this "
+                        "driver share the machine's memory")
     p.add_argument("--test-tasks", type=int, default=100)
     p.add_argument("--root", default="runs/bench-async")
     p.add_argument("--json")
@@ -92,6 +97,7 @@ def main() -> None:
     common = [*args.overrides, f"run.root={args.root}", f"env.test_tasks={args.test_tasks}",
               "distributed.backend=ray", f"distributed.rollout_workers={args.rollout_workers}",
               "distributed.cpus_per_rollout_worker=1", f"algorithm.tis_cap={args.tis_cap}",
+              f"rollout.engine.kv_cache_mb={args.kv_cache_mb}",
               f"trainer.steps={args.steps}", f"trainer.save_every={args.steps}"]
     probe = load_recipe(args.recipe, common)
     base = resolve_model(probe.model.name)
@@ -122,6 +128,13 @@ def sft_start(args: argparse.Namespace, common: list[str], base: Path, url: str)
 
 
 def play(cfg, model: Path, ids: list[int], url: str, out: Path):
+    """The model's greedy test score, played in a child process: the memory an evaluation takes (which the
+    tuned malloc keeps) is gone before the next mode's Ray workers start beside this driver."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_evaluate, cfg, model, ids, url, out).result()
+
+
+def _evaluate(cfg, model: Path, ids: list[int], url: str, out: Path):
     return evaluate_model(model, env_name=cfg.env.name, env_url=url, cfg=cfg.eval, n_tasks=len(ids), task_ids=ids,
                           max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens,
                           autocast=cfg.model.compute_dtype, engine=cfg.rollout.engine, out_dir=out)

@@ -40,6 +40,14 @@ class WorkersDied(AgentRLError):
         self.indices = indices
 
 
+def died_errors() -> tuple[type[BaseException], ...]:
+    """What a call to a dead worker raises: the actor's death, or Ray's memory monitor having killed it (the node
+    ran low on memory), which Ray reports as its own error type."""
+    import ray
+
+    return ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError
+
+
 def split_evenly(items: Sequence[Any], n: int) -> list[list[Any]]:
     """`items` in n contiguous shards whose sizes differ by at most one (larger first)."""
     q, r = divmod(len(items), n)
@@ -82,7 +90,7 @@ class RolloutPool:
         names = [self.name(i) for i in range(len(self.workers))]
         try:
             sync_weights(self.workers, names, version, state_ref)
-        except ray.exceptions.RayActorError as err:
+        except died_errors() as err:
             self.replace(self._dead(), f"during the weight sync to version {version} ({type(err).__name__})")
             check_versions(ray.get([w.weights_version.remote() for w in self.workers]), version, names)
 
@@ -95,7 +103,7 @@ class RolloutPool:
         for i, worker in enumerate(self.workers):
             try:
                 ray.get(worker.offer_weights.remote(version, state_ref))
-            except ray.exceptions.RayActorError as err:
+            except died_errors() as err:
                 log.error("%s did not take weights version %d (%s); its rollout will find it dead", self.name(i),
                           version, type(err).__name__)
 
@@ -118,8 +126,8 @@ class RolloutPool:
         for i, ref in calls:
             try:
                 out.extend(ray.get(ref))
-            except ray.exceptions.RayActorError as err:
-                if err.actor_init_failed:
+            except died_errors() as err:
+                if getattr(err, "actor_init_failed", False):
                     raise WorkerStartError(f"{self.name(i)} failed to start: {err}") from err
                 dead[i] = f"{type(err).__name__}: {err}"
         if dead:
@@ -134,7 +142,7 @@ class RolloutPool:
         for worker in self.workers:
             try:
                 peaks.append(ray.get(worker.peak_rss_gib.remote(), timeout=60))
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            except (*died_errors(), ray.exceptions.GetTimeoutError):
                 continue
         return max(peaks, default=0.0)
 
@@ -160,8 +168,8 @@ class RolloutPool:
                 sync_weights([self.workers[i] for i in indices], [self.name(i) for i in indices],
                              self.weights.version, self.weights.ref)
                 return
-            except ray.exceptions.RayActorError as err:
-                if err.actor_init_failed or attempt == REPLACE_ATTEMPTS:
+            except died_errors() as err:
+                if getattr(err, "actor_init_failed", False) or attempt == REPLACE_ATTEMPTS:
                     raise
                 why = f"again before its first weights (attempt {attempt} of {REPLACE_ATTEMPTS}: its node may be gone)"
                 time.sleep(REPLACE_WAIT_S * attempt)
@@ -174,7 +182,7 @@ class RolloutPool:
         for i, w in enumerate(self.workers):
             try:
                 ray.get(w.weights_version.remote(), timeout=60)
-            except ray.exceptions.RayActorError:
+            except died_errors():
                 dead.append(i)
         return dead
 
