@@ -56,11 +56,13 @@ ARMS = {
     "grpo": ("grpo", []),
     "gigpo": ("gigpo", []),
     "gigpo-pool": ("gigpo", ["experience.enabled=true", "experience.mode=mixed"]),
+    "raft": ("raft", ["algorithm.policy_loss=raft"]),
 }
 """RL arm -> (its advantage estimator, its other overrides). The estimator is always set explicitly: the
 recipe's own may be either (gigpo keeps the recipe's gamma and step weight). gigpo-pool is GiGPO with the
 experience pool in mixed mode (half of each group's samples see lessons retrieved from earlier successes;
-the pool's other settings are the recipe's); every arm is tested without the pool, on the same tasks."""
+the pool's other settings are the recipe's); every arm is tested without the pool, on the same tasks. raft is
+reward-ranked fine-tuning: the SFT loss on the step's successful episodes only (no negative gradient)."""
 
 
 def arm_overrides(arm: str) -> list[str]:
