@@ -490,8 +490,9 @@ class SFTConfig(Section):
 class EvalConfig(Section):
     enabled: bool = True
     """Evaluate base, SFT and GRPO models at the end."""
-    k: int = Field(1, ge=1)
-    """Samples per task (pass@k uses all of them)."""
+    k: int = Field(1, ge=1, le=10_000)
+    """Samples per task (pass@k uses all of them); at most 10,000 (sample j is seeded seed + j, which must
+    stay a 64-bit seed)."""
     seed: int = Field(1234, ge=0, lt=2**32)
     """Seed of the first sample; sample j uses seed + j (0 to 2**32 - 1)."""
     sampling: SamplingConfig = SamplingConfig(temperature=0.0)

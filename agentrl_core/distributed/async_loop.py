@@ -114,14 +114,22 @@ def run_async(cfg: RecipeConfig, trainer: Any, pool: RolloutPool, train_ids: Seq
     while st.version < steps:
         _start_rollout(st, gate, pool, train_ids, cfg)
         _start_update(st, trainer)
-        rollout_refs = [ref for _, ref in st.rollout.calls] if st.rollout else []
-        ray.wait(rollout_refs + ([st.update.ref] if st.update else []), num_returns=1)
-        if rollout_refs and not ray.wait(rollout_refs, num_returns=len(rollout_refs), timeout=0)[1]:
+        shards = _unfinished([ref for _, ref in st.rollout.calls]) if st.rollout else []
+        if shards or st.update is not None:  # until a shard or the update ends (never a ready ref: no spinning)
+            ray.wait(shards + ([st.update.ref] if st.update else []), num_returns=1)
+        if st.rollout is not None and not _unfinished([ref for _, ref in st.rollout.calls]):
             _finish_rollout(st, pool, cfg, stage_dir)
         if st.update is not None and ray.wait([st.update.ref], timeout=0)[0]:
             last = _finish_update(st, trainer, pool, hooks)
             hooks.after_step(st.version, last)
     return last
+
+
+def _unfinished(refs: list[Any]) -> list[Any]:
+    """The refs whose calls have not ended yet (a shard that died counts as ended)."""
+    if not refs:
+        return []
+    return import_ray().wait(refs, num_returns=len(refs), timeout=0)[1]
 
 
 def _start_rollout(st: _State, gate: LagGate, pool: RolloutPool, train_ids: Sequence[int],
