@@ -40,7 +40,7 @@ from typing import Any
 from agentrl_core.config import RecipeConfig
 from agentrl_core.distributed.cluster import import_ray
 from agentrl_core.distributed.inflight import sample_lags
-from agentrl_core.distributed.rollout_pool import RolloutPool, RolloutRetriesExhausted, WorkersDied
+from agentrl_core.distributed.rollout_pool import RolloutPool, WorkersDied, retries_exhausted
 from agentrl_core.rollout import Trajectory, write_trajectories
 from agentrl_core.rollout.episode import WEIGHT_VERSIONS
 from agentrl_core.training.rollout_batch import rollout_metrics, round_specs, step_tasks, usable_trajectories
@@ -154,10 +154,7 @@ def _finish_rollout(st: _State, pool: RolloutPool, cfg: RecipeConfig, stage_dir:
         log.error("step %d: %s (attempt %d of %d)", ro.step + 1, died, ro.retries + 1,
                   cfg.distributed.max_step_retries + 1)
         if ro.retries >= cfg.distributed.max_step_retries:
-            raise RolloutRetriesExhausted(
-                f"step {ro.step + 1}: rollout workers died in all {ro.retries + 1} attempts; see the errors above "
-                "(out of memory? a crashing env?), raise distributed.max_step_retries, or resume the run from its "
-                "last checkpoint") from died
+            raise retries_exhausted(ro.step + 1, ro.retries + 1) from died
         pool.replace(died.indices, f"in the rollout of step {ro.step + 1}")
         ro.calls, ro.retries = pool.launch(ro.specs, ro.seed), ro.retries + 1
         return

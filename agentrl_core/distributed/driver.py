@@ -17,7 +17,7 @@ from agentrl_core.distributed.placement import (
     plan_placement,
 )
 from agentrl_core.distributed.async_loop import run_async
-from agentrl_core.distributed.rollout_pool import RolloutPool, RolloutRetriesExhausted, WorkersDied
+from agentrl_core.distributed.rollout_pool import RolloutPool, WorkersDied, retries_exhausted
 from agentrl_core.distributed.trainer_worker import remote_trainer_worker
 from agentrl_core.distributed.weight_sync import folder_files
 from agentrl_core.envs import EnvClient
@@ -154,9 +154,7 @@ def rollout_with_retries(pool: RolloutPool, specs: Sequence[EpisodeSpec], seed: 
         except WorkersDied as died:
             log.error("step %d: %s (attempt %d of %d)", step + 1, died, attempt + 1, max_retries + 1)
             pool.replace(died.indices, f"in the rollout of step {step + 1}")
-    raise RolloutRetriesExhausted(
-        f"step {step + 1}: rollout workers died in all {max_retries + 1} attempts; see the errors above (out of "
-        "memory? a crashing env?), raise distributed.max_step_retries, or resume the run from its last checkpoint")
+    raise retries_exhausted(step + 1, max_retries + 1)
 
 
 def _release(trainer: Any, pool: RolloutPool | None, *groups: Any) -> None:

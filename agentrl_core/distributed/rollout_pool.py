@@ -32,6 +32,13 @@ class RolloutRetriesExhausted(AgentRLError):
     """A step's rollout failed more often than distributed.max_step_retries allows."""
 
 
+def retries_exhausted(step: int, attempts: int) -> RolloutRetriesExhausted:
+    """The error of step `step` (1-based) whose rollout died in all `attempts` tries (a plain message: it pickles)."""
+    return RolloutRetriesExhausted(
+        f"step {step}: rollout workers died in all {attempts} attempts; see the errors above (out of memory? a "
+        "crashing env?), raise distributed.max_step_retries, or resume the run from its last checkpoint")
+
+
 class WorkersDied(AgentRLError):
     """One or more rollout workers died during a call; `indices` names them."""
 

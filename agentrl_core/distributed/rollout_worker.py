@@ -53,11 +53,6 @@ class RolloutWorker:
         self.chat = ChatFormat(tokenizer)
         self.client = EnvClient(env_url, timeout=cfg.env.request_timeout_s)
 
-    @property
-    def version(self) -> int:
-        """The version of the weights in use (UNSYNCED before the first sync)."""
-        return self.engine.version
-
     def run(self, specs: Sequence[EpisodeSpec], seed: int) -> list[Trajectory]:
         """Play every spec to its end; one trajectory per spec, in order. Weights offered meanwhile
         (offer_weights) are taken between decode steps; each turn records its weights' versions."""
