@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agentrl_core.envs.base import Env, StepResult
+from agentrl_core.envs.invalid_action import INVALID_ACTION
 from agentrl_core.errors import AgentRLError
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.engine import Generation
@@ -69,6 +70,9 @@ def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: Episode
 
 
 WEIGHT_VERSIONS = "weight_versions"
+INVALID_ACTIONS = "invalid_actions"
+"""Trajectory.extra key: how many of the episode's commands the environment did not accept (counted when it
+says so in info["invalid_action"]; absent for an environment that never does)."""
 """Trajectory.extra key: per model turn, [first, last] policy versions of the weights that generated its
 tokens (only where the engine counts them: agentrl_core.distributed.inflight)."""
 
@@ -105,6 +109,8 @@ def _record(traj: Trajectory, result: StepResult) -> None:
     traj.reward = float(sum(traj.turn_rewards))
     traj.success = bool(result.info.get("success", False))
     traj.terminated, traj.truncated = result.terminated, result.truncated
+    if INVALID_ACTION in result.info:
+        traj.extra[INVALID_ACTIONS] = traj.extra.get(INVALID_ACTIONS, 0) + bool(result.info[INVALID_ACTION])
 
 
 def _append_observation(chat: ChatFormat, ep: Episode, observation: str, limits: LoopLimits) -> None:

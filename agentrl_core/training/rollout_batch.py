@@ -13,6 +13,7 @@ from agentrl_core.experience.rollout_hooks import experience_specs
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, LoopLimits, Trajectory, run_episodes
 from agentrl_core.rollout.engine import Engine
+from agentrl_core.rollout.episode import INVALID_ACTIONS
 from agentrl_core.rollout.r3l import r3l_metrics, run_r3l_episodes, settings_from
 from agentrl_core.training.action_diversity import action_diversity
 
@@ -103,4 +104,14 @@ def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         "truncated_rate": sum(t.truncated for t in ok) / n,
         "errors": float(len(trajs) - len(ok)),
         "groups_with_signal": sum(len(r) > 1 for r in groups.values()) / max(1, len(groups)),
-    } | action_diversity(ok) | r3l_metrics(trajs)
+    } | action_diversity(ok) | invalid_action_rate(ok) | r3l_metrics(trajs)
+
+
+def invalid_action_rate(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """{"invalid_action_rate": commands the environment did not accept / turns}, over the episodes whose
+    environment reports it (Trajectory.extra["invalid_actions"]); {} when none does."""
+    counted = [t for t in trajs if INVALID_ACTIONS in t.extra]
+    turns = sum(t.num_turns for t in counted)
+    if not counted or not turns:
+        return {}
+    return {"invalid_action_rate": sum(t.extra[INVALID_ACTIONS] for t in counted) / turns}

@@ -246,7 +246,7 @@ def test_episode_rewards_observations_and_invalid_actions() -> None:
     assert "go to countertop 1" in info["available_actions"] and info["won"] is False
     bad = env.step("fly to the moon")
     assert bad.observation.startswith("Nothing happens.")
-    assert (bad.reward, bad.terminated, bad.truncated) == (0.0, False, False)
+    assert (bad.reward, bad.terminated, bad.truncated, bad.info["invalid_action"]) == (0.0, False, False, True)
     assert bad.info["available_actions"] == info["available_actions"]  # the state did not change
     rewards = []
     for _ in range(env.max_steps):
@@ -262,6 +262,18 @@ def test_episode_rewards_observations_and_invalid_actions() -> None:
     plain = AlfWorld(list_actions=False)
     obs, info = plain.reset(task_id=3)
     assert "Actions:" not in obs and info["available_actions"]
+
+
+def test_invalid_action_penalty() -> None:
+    _need_engine()
+    env = AlfWorld(invalid_action_penalty=0.1)
+    env.reset(task_id=3)
+    bad = env.step("fly to the moon")
+    assert bad.reward == pytest.approx(-0.1) and bad.info["invalid_action"] is True
+    good = env.step(env.expert_action())
+    assert good.reward in (0.0, 1.0) and good.info["invalid_action"] is False
+    with pytest.raises(ValueError, match="invalid_action_penalty"):
+        AlfWorld(invalid_action_penalty=-1)
 
 
 def test_here_listing_says_the_commands_that_never_change_once() -> None:

@@ -169,6 +169,28 @@ def test_nonsense_and_truncation() -> None:
     assert results[-1].info["success"] is False
 
 
+def test_invalid_action_penalty_costs_the_turn_not_the_success() -> None:
+    env = Household(max_steps=30, invalid_action_penalty=0.1)
+    env.load_scene(make_scene_by_hand(goal=Goal("mug", SHELF)))
+    bad = env.step("go to countertop 9")
+    assert bad.observation.startswith("Nothing happens.") and bad.info["invalid_action"] is True
+    assert bad.reward == pytest.approx(-0.1)
+    ok = [env.step(a) for a in ("go to cabinet 1", "open cabinet 1", "take mug 1 from cabinet 1", "go to shelf 1")]
+    assert [r.reward for r in ok] == [0.0] * 4 and not any(r.info["invalid_action"] for r in ok)
+    again = env.step("go to shelf 1")  # standing there already: not admissible
+    assert again.reward == pytest.approx(-0.1) and again.info["invalid_action"] is True
+    last = env.step("put mug 1 on shelf 1")
+    assert (last.reward, last.info["success"], last.info["invalid_action"]) == (1.0, True, False)
+
+
+def test_invalid_action_penalty_is_off_by_default_and_checked(env: Household) -> None:
+    result = env.step("fly to the moon")
+    assert result.reward == 0.0 and result.info["invalid_action"] is True
+    for bad in (-0.1, float("nan"), "0.1", True):
+        with pytest.raises(ValueError, match="invalid_action_penalty must be a finite number >= 0"):
+            Household(invalid_action_penalty=bad)
+
+
 def test_expert_is_optimal_on_a_hand_made_scene() -> None:
     # mug 2 sits on the countertop in plain sight: cheaper than the one in the closed cabinet
     scene = make_scene_by_hand(where=(FRIDGE, CABINET, COUNTERTOP))

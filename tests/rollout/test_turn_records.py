@@ -25,6 +25,7 @@ from agentrl_core.rollout import (
 from agentrl_core.rollout.native import NativeEngine
 from agentrl_core.rollout.trajectory import observation_key
 from agentrl_core.training.action_diversity import action_diversity
+from agentrl_core.training.rollout_batch import invalid_action_rate
 from tests.rollout.scripted import BAD, expert_plan, group_scripts, play_group
 
 
@@ -64,6 +65,17 @@ def test_lock_step_loop_records_spans_and_the_states_acted_in(chat, plan):
     assert s0[1] == s2[1] == s1[2]  # at countertop 1 after plan[0], whenever it was played
     assert s1[1] != s0[1] and s2[2] != s0[2]  # "Nothing happens." states are their own
     assert s0[2:4] == s1[3:5] == s2[3:5]  # then the plan's states again, in lock-step
+
+
+def test_invalid_actions_are_counted_and_penalised_per_turn(chat, plan):
+    # sample 0 plays the plan (no invalid command); samples 1 and 2 each say BAD once; 15 turns in all
+    trajs = play_group(chat, plan, invalid_action_penalty=0.25)
+    assert [t.extra["invalid_actions"] for t in trajs] == [0, 1, 1]
+    assert trajs[0].turn_rewards == [0.0, 0.0, 0.0, 0.0, 1.0] and trajs[0].reward == 1.0 and trajs[0].success
+    assert trajs[1].turn_rewards == [-0.25, 0.0, 0.0, 0.0, 0.0] and trajs[1].reward == -0.25
+    assert trajs[2].turn_rewards[1] == -0.25 and not trajs[2].success
+    assert invalid_action_rate(trajs) == {"invalid_action_rate": 2 / 15}
+    assert invalid_action_rate([Trajectory(task_id=0, env="x", group=0, sample=0, num_turns=3)]) == {}  # an env that never says
 
 
 def test_distinct_actions_per_state_by_hand(chat, plan):

@@ -19,6 +19,7 @@ from agentrl_core.envs.alfworld.dataset import (
 )
 from agentrl_core.envs.alfworld.scene import Difficulty
 from agentrl_core.envs.base import Env, StepResult
+from agentrl_core.envs.invalid_action import INVALID_ACTION, check_penalty, turn_reward
 from agentrl_core.envs.registry import register
 from agentrl_core.errors import ResetNeededError
 
@@ -79,7 +80,7 @@ class AlfWorld(Env):
     Without official data the games are our own (generated per task id, planner-checked, cached);
     with `data_dir` or $ALFWORLD_DATA the official `json_2.1.1` games are played. Admissible commands
     are listed in the observation ("Actions: a | b") and in info["available_actions"]. An invalid
-    command returns "Nothing happens."; the episode is truncated after `max_steps`. A task id fixes
+    command returns "Nothing happens." (and reward -`invalid_action_penalty`: envs.invalid_action); the episode is truncated after `max_steps`. A task id fixes
     the game (the reset `seed` is unused); the generated games also depend on `seed` and the
     difficulty kwargs given to the constructor.
 
@@ -124,8 +125,10 @@ class AlfWorld(Env):
         closed_prob: float = 1.0,
         hidden_prob: float = 0.4,
         task_types: Sequence[str] = TASK_TYPES,
+        invalid_action_penalty: float = 0.0,
     ) -> None:
         super().__init__()
+        self.invalid_action_penalty = check_penalty(invalid_action_penalty)
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
         difficulty = Difficulty(
@@ -161,7 +164,8 @@ class AlfWorld(Env):
         command = normalize(action)
         followed = self._plan_at == self._steps and bool(self._plan) and command == self._plan[0]
         self._steps += 1
-        if command in self.admissible_actions():
+        invalid = command not in self.admissible_actions()
+        if not invalid:
             self._state, _, _ = self.engine.step(command)
             text = self._state.feedback.strip()
         else:
@@ -170,10 +174,11 @@ class AlfWorld(Env):
             self._plan, self._plan_at = self._plan[1:], self._steps
         won = bool(self._state["won"])
         truncated = not won and self._steps >= self.max_steps
-        info = self._info()
+        info = self._info() | {INVALID_ACTION: invalid}
         if won or truncated:
             info["success"] = won
-        return StepResult(self._with_actions(text), 1.0 if won else 0.0, won, truncated, info)
+        reward = turn_reward(won, invalid, self.invalid_action_penalty)
+        return StepResult(self._with_actions(text), reward, won, truncated, info)
 
     # -- expert --------------------------------------------------------------------------------
     def expert_action(self) -> str:

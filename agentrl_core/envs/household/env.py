@@ -19,6 +19,7 @@ from agentrl_core.envs.household.world import (
     render,
     room_view,
 )
+from agentrl_core.envs.invalid_action import INVALID_ACTION, check_penalty, turn_reward
 from agentrl_core.envs.registry import register
 from agentrl_core.errors import ResetNeededError, TaskNotFoundError
 
@@ -46,7 +47,8 @@ def normalize(reply: str) -> str:
 class Household(Env):
     """Find objects (some hidden in closed receptacles), transform them, and put them in place.
 
-    Reward 1.0 and terminated when the goal holds; 0 otherwise; truncated after `max_steps`.
+    Reward 1.0 and terminated when the goal holds; 0 otherwise (-`invalid_action_penalty` on a turn whose
+    command is not admissible: envs.invalid_action); truncated after `max_steps`.
     A task id fixes the scene (the reset `seed` is unused); the scene also depends on the
     difficulty kwargs, and every scene is solvable within `max_steps` (checked by the expert).
     Version 2: test scenes come from a part of the scene space no training id draws from.
@@ -68,8 +70,10 @@ class Household(Env):
         min_objects: int = 2,
         max_objects: int = 5,
         task_types: Sequence[str] = TASK_TYPES,
+        invalid_action_penalty: float = 0.0,
     ) -> None:
         super().__init__()
+        self.invalid_action_penalty = check_penalty(invalid_action_penalty)
         self.difficulty = Difficulty(
             two_room_prob, min_receptacles, max_receptacles, min_objects, max_objects, tuple(task_types), max_steps
         )
@@ -114,10 +118,11 @@ class Household(Env):
         if won:
             text += " Task complete!"
         truncated = not won and self._steps >= self.max_steps
-        info = self._info(won=won)
+        info = self._info(won=won) | {INVALID_ACTION: chosen is None}
         if won or truncated:
             info["success"] = won
-        return StepResult(self._with_actions(text), 1.0 if won else 0.0, won, truncated, info)
+        reward = turn_reward(won, chosen is None, self.invalid_action_penalty)
+        return StepResult(self._with_actions(text), reward, won, truncated, info)
 
     # -- expert --------------------------------------------------------------------------------
     def expert_action(self) -> str:
