@@ -26,6 +26,7 @@ from agentrl_core.errors import AgentRLError
 from agentrl_core.rollout import EpisodeSpec, Trajectory, write_trajectories
 from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.training.rollout_batch import rollout_metrics, round_specs, step_tasks, usable_trajectories
+from agentrl_core.training.memory_plan import MemoryPlan, apply_plan, check_run_peak, memory_plan_for
 from agentrl_core.training.session import StageResult, StepCallback
 from agentrl_core.training.timing import timed
 
@@ -42,6 +43,8 @@ def train_grpo_ray(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_d
     check_combinations(cfg)  # a config built without validation (model_construct) is checked here too
     stage_dir = stage_dir or cfg.run_dir / "grpo"
     plan = plan_placement(cfg.distributed)
+    memory = run_memory_plan(cfg, init_model, len(plan.rollout))
+    cfg = apply_plan(cfg, memory) if memory is not None else cfg
     with ray_runtime(cfg.distributed, plan.cpus):
         ray = import_ray()
         check_fits(plan, ray.cluster_resources())
@@ -54,19 +57,31 @@ def train_grpo_ray(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_d
                                             ).remote(cfg, str(init_model), str(stage_dir), environment=environment)
             model = ray.put(folder_files(init_model))  # rollout nodes need no path shared with this one
             pool = RolloutPool(plan, rollout_group, model, env_url, cfg, environment)
-            return _loop(cfg, trainer, pool, env_url, stage_dir, on_step)
+            return _loop(cfg, trainer, pool, env_url, stage_dir, on_step, memory)
         finally:
             _release(trainer, pool, rollout_group, trainer_group)
 
 
+def run_memory_plan(cfg: RecipeConfig, init_model: Path, workers: int) -> MemoryPlan | None:
+    """The memory plan of a Ray run this process starts itself (its trainer and `workers` rollout workers on this
+    machine at once: training.memory_plan.plan_concurrent), logged; None on a cluster given by ray_address (its
+    nodes' memory is not this machine's) and where no plan is made (GPU, DeepSpeed, no /proc)."""
+    if cfg.distributed.ray_address is not None:
+        return None
+    memory = memory_plan_for(cfg, init_model, native_engine=True, rollout_workers=workers)
+    if memory is not None:
+        log.info("%s", memory.describe())
+    return memory
+
+
 def _loop(cfg: RecipeConfig, trainer: Any, pool: RolloutPool, env_url: str, stage_dir: Path,
-          on_step: StepCallback | None) -> StageResult:
+          on_step: StepCallback | None, memory: MemoryPlan | None = None) -> StageResult:
     """Each step: sync the trainer's weights to the workers, roll out, update, log, checkpoint; with
     distributed.max_policy_lag set, the asynchronous schedule (distributed.async_loop) instead."""
     start = trainer_get(trainer.start_step.remote(), stage_dir)
     with EnvClient(env_url, timeout=cfg.env.request_timeout_s) as client:
         train_ids = resolve_task_ids(cfg.env, client, "train")
-    hooks = _StepHooks(cfg, trainer, stage_dir, on_step)
+    hooks = _StepHooks(cfg, trainer, stage_dir, on_step, memory)
     last: dict[str, float] = {}
     if cfg.distributed.max_policy_lag is not None and start < cfg.trainer.steps:
         sync_from_trainer(trainer, pool, start, stage_dir)  # the first rollout's weights; later ones in flight
@@ -83,15 +98,18 @@ def _loop(cfg: RecipeConfig, trainer: Any, pool: RolloutPool, env_url: str, stag
 
 
 class _StepHooks:
-    """What ends a step in either schedule: the trainer logs it, saves when due, the caller hears of it."""
+    """What ends a step in either schedule: the run's memory is checked against its plan, the trainer logs the
+    step, saves when due, the caller hears of it."""
 
-    def __init__(self, cfg: RecipeConfig, trainer: Any, stage_dir: Path, on_step: StepCallback | None) -> None:
-        self.cfg, self.trainer, self.stage_dir, self.on_step = cfg, trainer, stage_dir, on_step
+    def __init__(self, cfg: RecipeConfig, trainer: Any, stage_dir: Path, on_step: StepCallback | None,
+                 memory: MemoryPlan | None = None) -> None:
+        self.cfg, self.trainer, self.stage_dir, self.on_step, self.memory = cfg, trainer, stage_dir, on_step, memory
 
     def get(self, ref: Any) -> Any:
         return trainer_get(ref, self.stage_dir)
 
     def after_step(self, step: int, metrics: dict[str, float]) -> None:
+        metrics.update(check_run_peak(self.memory, step, metrics))
         self.get(self.trainer.log.remote(step, metrics))
         if step % self.cfg.trainer.save_every == 0 or step == self.cfg.trainer.steps:
             self.get(self.trainer.save.remote(step, {"metrics": metrics}))

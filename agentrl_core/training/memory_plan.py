@@ -42,6 +42,20 @@ and what to lower, and a run without one warns and keeps the recipe's sizes.
 The plan is printed at the start of the stage; every step logs `memory/peak_rss_gib` (the process's
 peak so far) and a step whose peak crosses B logs a warning naming the budget.
 
+On a Ray cluster the run starts itself (distributed.backend ray, no ray_address), the trainer and the W
+rollout workers are processes of this machine that hold their memory at once, so the plan sums them
+(`plan_concurrent`): each process has its own runtime R, each worker its own weights P·b_w, the object
+store one published copy P·b_w, and
+
+    held  = (1 + W)·R + P·b_w·(2 + W) + 8·P_t + [P·b_w]
+    peak  = held + W·(P·b_c + E·N + 1.5·KV) + update fixed part + a·T
+
+KV = min(the configured cache, (F − W·(P·b_c + E·N) − update fixed part − a·T_row) / (1.5·W)), so one
+longest row always trains, and T takes what the caches leave. On a cluster given by ray_address the
+nodes' memory is not this machine's: no plan is made there. The driver logs, every step,
+`memory/run_peak_gib` = the trainer's peak + W × the largest worker peak (an upper bound) and warns
+when it crosses the budget.
+
 A budget from available memory changes with what else runs on the machine, and with it KV and T
 (and so the last bits of a run); set `trainer.memory_gb` for runs that repeat bit for bit.
 """
@@ -122,14 +136,26 @@ class MemoryPlan:
     micro_batch_tokens: int
     gradient_checkpointing: bool
     bytes_per_token: int
+    rollout_workers: int = 0
+    """0: rollout and update alternate in one process; W >= 1: W rollout worker processes beside the trainer."""
+
+    @property
+    def peak(self) -> int:
+        """The planned peak (bytes): the larger phase, or (rollout workers) both sides at once."""
+        update = self.update_fixed + self.bytes_per_token * self.micro_batch_tokens
+        caches = int(KV_GROWTH * self.kv_cache_mb * MIB) * max(1, self.rollout_workers)
+        if self.rollout_workers:
+            return self.persistent + self.rollout_fixed + caches + update
+        return self.persistent + max(self.rollout_fixed + caches, update)
 
     def describe(self) -> str:
         """One line for the log: the budget, where it came from, and what it sized."""
-        peak = self.persistent + max(self.rollout_fixed + int(KV_GROWTH * self.kv_cache_mb * MIB),
-                                     self.update_fixed + self.bytes_per_token * self.micro_batch_tokens)
+        peak = self.peak
+        who = f" ({self.rollout_workers} rollout workers and the trainer at once)" if self.rollout_workers else ""
+        each = " each" if self.rollout_workers else ""
         return (f"memory budget {self.budget / GIB:.2f} GiB ({self.source}): held all run {self.persistent / GIB:.2f} "
-                f"GiB; rollout KV cache {self.kv_cache_mb} MiB; update micro-batches of {self.micro_batch_tokens} "
-                f"tokens ({self.bytes_per_token / 1024:.0f} KiB each), gradient checkpointing "
+                f"GiB{who}; rollout KV cache {self.kv_cache_mb} MiB{each}; update micro-batches of "
+                f"{self.micro_batch_tokens} tokens ({self.bytes_per_token / 1024:.0f} KiB each), gradient checkpointing "
                 f"{'on' if self.gradient_checkpointing else 'off'}; planned peak {peak / GIB:.2f} GiB")
 
 
@@ -165,6 +191,31 @@ def plan_memory(shape: ModelShape, *, budget: int, source: str, resident: int, w
     raise _too_small(budget, source, need, f"an update of one {longest_row}-token row")
 
 
+def plan_concurrent(shape: ModelShape, *, workers: int, budget: int, source: str, resident: int, weight_bytes: int,
+                    compute_bf16: bool, reference: bool, kv_cache_mb: int, micro_batch_tokens: int,
+                    longest_row: int, checkpointing: bool, step_tokens: int = 2048) -> MemoryPlan:
+    """Size each rollout worker's KV cache and the trainer's micro-batches when W = `workers` worker processes
+    and the trainer hold their memory at once on this machine (module docstring); ConfigError if nothing fits."""
+    compute = 2 if compute_bf16 else weight_bytes
+    weights = shape.params * weight_bytes
+    persistent = (1 + workers) * resident + weights * (2 + workers) + 8 * shape.trainable
+    persistent += weights if reference else 0
+    free = int((1 - MARGIN) * budget) - persistent
+    rollout_fixed = workers * (shape.params * compute + E_STEP * step_tokens)
+    update_fixed = 4 * shape.trainable + (2 * shape.params if compute_bf16 else 0) + 3 * CHUNK * shape.vocab * 4
+    for ckpt in ([checkpointing] if checkpointing else [False, True]):
+        per_token = activation_bytes(shape, ckpt, longest_row, compute_bf16)
+        room = free - rollout_fixed - update_fixed - per_token * longest_row
+        kv = min(kv_cache_mb, int(room / (KV_GROWTH * workers)) // MIB)
+        if kv >= MIN_KV_MB:
+            tokens = (free - rollout_fixed - update_fixed - int(KV_GROWTH * workers * kv * MIB)) // per_token
+            return MemoryPlan(budget, source, persistent, rollout_fixed, update_fixed, int(kv),
+                              int(min(micro_batch_tokens, tokens)), ckpt, per_token, workers)
+    need = (persistent + rollout_fixed + update_fixed + int(KV_GROWTH * workers * MIN_KV_MB * MIB)
+            + activation_bytes(shape, True, longest_row, compute_bf16) * longest_row)
+    raise _too_small(budget, source, need, f"{workers} rollout workers beside an update of one {longest_row}-token row")
+
+
 def _too_small(budget: int, source: str, need: int, what: str) -> ConfigError:
     return ConfigError(
         f"memory budget {budget / GIB:.2f} GiB ({source}) is too small for {what}: it needs about "
@@ -182,9 +233,10 @@ def budget_of(memory_gb: float | None) -> tuple[int, str] | None:
     return int(AUTO_SHARE * (available + resident_bytes())), f"{AUTO_SHARE:.0%} of the memory available at start"
 
 
-def memory_plan_for(cfg: Any, init_model: Path, *, native_engine: bool) -> MemoryPlan | None:
-    """The plan of a GRPO stage on CPU with the torch backend (None elsewhere: GPU, DeepSpeed, Ray
-    workers, no /proc)."""
+def memory_plan_for(cfg: Any, init_model: Path, *, native_engine: bool, rollout_workers: int = 0
+                    ) -> MemoryPlan | None:
+    """The plan of a GRPO stage on CPU with the torch backend (None elsewhere: GPU, DeepSpeed, no /proc);
+    `rollout_workers` W >= 1: the Ray run's W worker processes and its trainer at once (plan_concurrent)."""
     import torch
 
     if cfg.trainer.backend != "torch" or torch.cuda.is_available():
@@ -195,7 +247,7 @@ def memory_plan_for(cfg: Any, init_model: Path, *, native_engine: bool) -> Memor
     lora = cfg.model.lora.enabled
     shape = ModelShape.of(init_model, lora_trainable=0 if lora else None)
     try:
-        return _plan_for(cfg, shape, budget, lora, native_engine)
+        return _plan_for(cfg, shape, budget, lora, native_engine, rollout_workers)
     except ConfigError as err:
         if cfg.trainer.memory_gb is not None:
             raise
@@ -204,17 +256,21 @@ def memory_plan_for(cfg: Any, init_model: Path, *, native_engine: bool) -> Memor
         return None
 
 
-def _plan_for(cfg: Any, shape: ModelShape, budget: tuple[int, str], lora: bool, native_engine: bool) -> MemoryPlan:
+def _plan_for(cfg: Any, shape: ModelShape, budget: tuple[int, str], lora: bool, native_engine: bool,
+              rollout_workers: int) -> MemoryPlan:
     from agentrl_core.rollout.native.engine import default_kv_cache_mb
 
     algorithm = cfg.algorithm
-    return plan_memory(
-        shape, budget=budget[0], source=budget[1], resident=resident_bytes(),
+    common = dict(
+        budget=budget[0], source=budget[1], resident=resident_bytes(),
         weight_bytes=4 if cfg.model.dtype == "float32" else 2, compute_bf16=cfg.model.compute_dtype == "bfloat16",
-        reference=(algorithm.kl_coef > 0 or algorithm.kl_reward_coef > 0) and not lora, native_engine=native_engine,
+        reference=(algorithm.kl_coef > 0 or algorithm.kl_reward_coef > 0) and not lora,
         kv_cache_mb=cfg.rollout.engine.kv_cache_mb or default_kv_cache_mb(),
         micro_batch_tokens=cfg.trainer.micro_batch_tokens, longest_row=cfg.rollout.max_context_tokens,
         checkpointing=cfg.model.gradient_checkpointing, step_tokens=cfg.rollout.engine.max_step_tokens)
+    if rollout_workers:
+        return plan_concurrent(shape, workers=rollout_workers, **common)
+    return plan_memory(shape, native_engine=native_engine, **common)
 
 
 def apply_plan(cfg: Any, plan: MemoryPlan) -> Any:
@@ -235,3 +291,19 @@ def check_peak(plan: MemoryPlan | None, step: int) -> dict[str, float]:
                     "trainer.micro_batch_tokens or rollout.engine.kv_cache_mb, or raise trainer.memory_gb",
                     step, peak / GIB, plan.budget / GIB, plan.source)
     return {"memory/peak_rss_gib": peak / GIB} if peak else {}
+
+
+def check_run_peak(plan: MemoryPlan | None, step: int, metrics: dict[str, float]) -> dict[str, float]:
+    """`memory/run_peak_gib` of a run with rollout workers: the trainer's peak + W × the largest worker peak
+    (from the step's `memory/peak_rss_gib` and `memory/rollout_peak_rss_gib`), an upper bound of what the
+    processes held at once; a warning when it has crossed the budget. {} without a concurrent plan."""
+    if plan is None or not plan.rollout_workers:
+        return {}
+    total = (metrics.get("memory/peak_rss_gib", 0.0)
+             + plan.rollout_workers * metrics.get("memory/rollout_peak_rss_gib", 0.0)) * GIB
+    if total > plan.budget:
+        log.warning("step %d: the trainer's and %d rollout workers' peaks add up to %.2f GiB, over the memory "
+                    "budget %.2f GiB (%s); lower rollout.engine.kv_cache_mb or trainer.micro_batch_tokens, use fewer "
+                    "distributed.rollout_workers, or raise trainer.memory_gb",
+                    step, plan.rollout_workers, total / GIB, plan.budget / GIB, plan.source)
+    return {"memory/run_peak_gib": total / GIB}

@@ -18,8 +18,11 @@ from agentrl_core.training.batching import collate
 from agentrl_core.training.logprobs import token_logprobs
 from agentrl_core.training.optim import build_optimizer
 from agentrl_core.training.policy_update import UpdateContext, policy_update, token_advantages
+from agentrl_core.training.session import open_session
+from agentrl_core.training.sft import sft_update
 from agentrl_core.training.update_diagnostics import Diagnostics
 from tests.rollout.scripted import expert_plan, play_group
+from tests.training.test_training_units import make_traj
 
 
 def test_diagnostics_are_token_means_over_the_rows_given_by_hand():
@@ -136,3 +139,30 @@ def test_a_gigpo_step_on_household_trains_every_parameter(scripted_group, tiny_m
     assert [k for k in metrics if k.startswith("entropy/")] == [f"entropy/turn_{k}" for k in range(5)]
     unchanged = [n for n, v in model.state_dict().items() if torch.equal(v, before[n])]
     assert not unchanged, unchanged
+
+
+def test_raft_update_on_successes_is_the_sft_update_bit_for_bit(tmp_path, tiny_model_path):
+    """The RL update path, given expert-like episodes that all succeed, takes exactly the SFT step: same loss,
+    same gradient norm, same weights after three optimizer steps, up to float summation order (the check that
+    ruled out a bug in the RL path when household RL made the agent worse)."""
+    rng = random.Random(3)
+    steps = [[make_traj(rng, group=i, reward=1.0) for i in range(4)] for _ in range(3)]
+    algorithm = AlgorithmConfig(advantage="raft", policy_loss="raft")
+    out = {}
+    for arm in ("sft", "rl"):
+        torch.manual_seed(0)
+        s = open_session(tmp_path / arm, tiny_model_path, OptimConfig(lr=1e-3), total_steps=3, resume="auto")
+        trace = []
+        for demos in steps:
+            if arm == "sft":
+                m = sft_update(s, demos, grad_clip=1.0, micro_batch_tokens=64, pad_id=0)
+            else:
+                ctx = UpdateContext(model=s.model, optimizer=s.optimizer, scheduler=s.scheduler, algorithm=algorithm,
+                                    grad_clip=1.0, micro_batch_tokens=64, pad_id=0)
+                m = policy_update(ctx, demos)
+            trace += [m["loss"], m["grad_norm"]]
+        out[arm] = trace, {k: v.detach().clone() for k, v in s.model.state_dict().items()}
+    assert out["sft"][0] == pytest.approx(out["rl"][0], rel=1e-6)
+    start = load_model(tiny_model_path).state_dict()
+    assert max(float((v - start[k]).abs().max()) for k, v in out["sft"][1].items()) > 1e-4  # the steps did change the weights
+    assert all(torch.allclose(v, out["rl"][1][k], rtol=0, atol=1e-6) for k, v in out["sft"][1].items())

@@ -107,3 +107,46 @@ def test_a_run_without_a_budget_that_looks_too_small_warns_and_keeps_the_recipe(
     with pytest.raises(ConfigError, match=r"memory budget 1.00 GiB \(trainer.memory_gb\) is too small"):
         mp.memory_plan_for(load_recipe("household_grpo", ["trainer.memory_gb=1"]), embedded_model_path,
                            native_engine=True)
+
+
+def _concurrent(budget_gib: float, workers: int, **kw):
+    args = dict(budget=int(budget_gib * GIB), source="test", resident=GIB // 2, weight_bytes=4, compute_bf16=True,
+                reference=False, kv_cache_mb=2048, micro_batch_tokens=4096, longest_row=2048, checkpointing=False)
+    return mp.plan_concurrent(SHAPE, workers=workers, **(args | kw))
+
+
+def test_rollout_workers_beside_the_trainer_are_summed_not_alternated():
+    roomy = _concurrent(32, workers=2)
+    assert (roomy.kv_cache_mb, roomy.micro_batch_tokens, roomy.rollout_workers) == (2048, 4096, 2)
+    # three runtimes; trainer weights + 2 workers' weights + the object store's published copy; AdamW moments
+    assert roomy.persistent == 3 * (GIB // 2) + 4 * SHAPE.params * 4 + 8 * SHAPE.trainable
+    assert roomy.rollout_fixed == 2 * (2 * SHAPE.params + mp.E_STEP * 2048)
+    tight = _concurrent(9, workers=2)
+    free = int(0.9 * 9 * GIB) - tight.persistent
+    one_row = tight.bytes_per_token * 2048
+    assert tight.kv_cache_mb == int((free - tight.rollout_fixed - tight.update_fixed - one_row)
+                                    / (mp.KV_GROWTH * 2)) // MIB < 2048
+    # both sides at once fit: the caches of every worker and the update's micro-batch
+    assert tight.peak == (tight.persistent + tight.rollout_fixed + int(mp.KV_GROWTH * tight.kv_cache_mb * MIB) * 2
+                          + tight.update_fixed + tight.bytes_per_token * tight.micro_batch_tokens)
+    assert tight.peak <= 0.9 * tight.budget and tight.micro_batch_tokens >= 2048
+    assert "2 rollout workers and the trainer at once" in tight.describe() and "MiB each" in tight.describe()
+    # the same budget in one alternating process gives a larger cache: the phases do not add up there
+    assert _plan(9).kv_cache_mb > tight.kv_cache_mb
+
+
+def test_a_concurrent_budget_too_small_names_the_workers():
+    with pytest.raises(ConfigError, match="too small for 4 rollout workers beside an update of one 2048-token row"):
+        _concurrent(5, workers=4)
+
+
+def test_the_run_peak_adds_the_trainer_and_every_worker(caplog):
+    plan = _concurrent(9, workers=2)
+    metrics = {"memory/peak_rss_gib": 3.0, "memory/rollout_peak_rss_gib": 2.0}
+    with caplog.at_level(logging.WARNING, logger="agentrl_core.training.memory_plan"):
+        assert mp.check_run_peak(plan, 1, metrics) == {"memory/run_peak_gib": 7.0}
+        assert not caplog.text
+        over = {"memory/peak_rss_gib": 5.0, "memory/rollout_peak_rss_gib": 2.5}
+        assert mp.check_run_peak(plan, 2, over) == {"memory/run_peak_gib": 10.0}
+    assert "step 2: the trainer's and 2 rollout workers' peaks add up to 10.00 GiB" in caplog.text
+    assert mp.check_run_peak(None, 3, metrics) == {} and mp.check_run_peak(_plan(9), 3, metrics) == {}
