@@ -70,11 +70,11 @@ def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: Episode
 
 
 WEIGHT_VERSIONS = "weight_versions"
+"""Trajectory.extra key: per model turn, [first, last] policy versions of the weights that generated its
+tokens (only where the engine counts them: agentrl_core.distributed.inflight)."""
 INVALID_ACTIONS = "invalid_actions"
 """Trajectory.extra key: how many of the episode's commands the environment did not accept (counted when it
 says so in info["invalid_action"]; absent for an environment that never does)."""
-"""Trajectory.extra key: per model turn, [first, last] policy versions of the weights that generated its
-tokens (only where the engine counts them: agentrl_core.distributed.inflight)."""
 
 
 def advance(chat: ChatFormat, ep: Episode, gen: Generation | Exception, limits: LoopLimits, turn: int) -> None:

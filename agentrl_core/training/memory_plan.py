@@ -155,8 +155,8 @@ class MemoryPlan:
         each = " each" if self.rollout_workers else ""
         return (f"memory budget {self.budget / GIB:.2f} GiB ({self.source}): held all run {self.persistent / GIB:.2f} "
                 f"GiB{who}; rollout KV cache {self.kv_cache_mb} MiB{each}; update micro-batches of "
-                f"{self.micro_batch_tokens} tokens ({self.bytes_per_token / 1024:.0f} KiB each), gradient checkpointing "
-                f"{'on' if self.gradient_checkpointing else 'off'}; planned peak {peak / GIB:.2f} GiB")
+                f"{self.micro_batch_tokens} tokens ({self.bytes_per_token / 1024:.0f} KiB each), gradient "
+                f"checkpointing {'on' if self.gradient_checkpointing else 'off'}; planned peak {peak / GIB:.2f} GiB")
 
 
 def activation_bytes(shape: ModelShape, checkpointing: bool, longest_row: int, bf16: bool) -> int:
@@ -165,6 +165,12 @@ def activation_bytes(shape: ModelShape, checkpointing: bool, longest_row: int, b
     if checkpointing:
         return int(4 * shape.layers * shape.hidden + layer + Q1 * shape.heads * longest_row)
     return int(shape.layers * layer + Q0 * shape.heads * longest_row)
+
+
+def update_fixed_bytes(shape: ModelShape, compute_bf16: bool) -> int:
+    """The update's part that does not grow with its tokens: 4·P_t (gradients) + [P·2, the bf16 weight copies
+    under autocast] + X (the output head's chunked logits, 3·CHUNK·V·4)."""
+    return 4 * shape.trainable + (2 * shape.params if compute_bf16 else 0) + 3 * CHUNK * shape.vocab * 4
 
 
 def plan_memory(shape: ModelShape, *, budget: int, source: str, resident: int, weight_bytes: int,
@@ -177,7 +183,7 @@ def plan_memory(shape: ModelShape, *, budget: int, source: str, resident: int, w
     persistent += shape.params * weight_bytes if reference else 0
     free = int((1 - MARGIN) * budget) - persistent
     rollout_fixed = shape.params * compute + E_STEP * step_tokens if native_engine else 0
-    update_fixed = 4 * shape.trainable + (2 * shape.params if compute_bf16 else 0) + 3 * CHUNK * shape.vocab * 4
+    update_fixed = update_fixed_bytes(shape, compute_bf16)
     kv = min(kv_cache_mb, int((free - rollout_fixed) / KV_GROWTH) // MIB)
     if kv < MIN_KV_MB:
         raise _too_small(budget, source, persistent + rollout_fixed + int(KV_GROWTH * MIN_KV_MB * MIB), "the rollout")
@@ -202,7 +208,7 @@ def plan_concurrent(shape: ModelShape, *, workers: int, budget: int, source: str
     persistent += weights if reference else 0
     free = int((1 - MARGIN) * budget) - persistent
     rollout_fixed = workers * (shape.params * compute + E_STEP * step_tokens)
-    update_fixed = 4 * shape.trainable + (2 * shape.params if compute_bf16 else 0) + 3 * CHUNK * shape.vocab * 4
+    update_fixed = update_fixed_bytes(shape, compute_bf16)
     for ckpt in ([checkpointing] if checkpointing else [False, True]):
         per_token = activation_bytes(shape, ckpt, longest_row, compute_bf16)
         room = free - rollout_fixed - update_fixed - per_token * longest_row

@@ -49,5 +49,6 @@ class RowScriptedEngine:
 def play_group(chat: ChatFormat, plan: list[str], context: str | None = None, **env_kwargs) -> list[Trajectory]:
     """The three scripted episodes as one GRPO group (group 0) of task TASK, through the lock-step loop."""
     specs = [EpisodeSpec(task_id=TASK, group=0, sample=s, context=context) for s in range(3)]
-    return run_episodes(RowScriptedEngine(chat, group_scripts(plan)), chat, lambda: make("household", **env_kwargs), specs,
+    factory = lambda: make("household", **env_kwargs)  # noqa: E731
+    return run_episodes(RowScriptedEngine(chat, group_scripts(plan)), chat, factory, specs,
                         SamplingConfig(), LoopLimits(max_turns=5, max_context_tokens=4096), workers=3)

@@ -75,7 +75,8 @@ def test_invalid_actions_are_counted_and_penalised_per_turn(chat, plan):
     assert trajs[1].turn_rewards == [-0.25, 0.0, 0.0, 0.0, 0.0] and trajs[1].reward == -0.25
     assert trajs[2].turn_rewards[1] == -0.25 and not trajs[2].success
     assert invalid_action_rate(trajs) == {"invalid_action_rate": 2 / 15}
-    assert invalid_action_rate([Trajectory(task_id=0, env="x", group=0, sample=0, num_turns=3)]) == {}  # an env that never says
+    silent = Trajectory(task_id=0, env="x", group=0, sample=0, num_turns=3)  # an env that never says
+    assert invalid_action_rate([silent]) == {}
 
 
 def test_distinct_actions_per_state_by_hand(chat, plan):

@@ -164,5 +164,6 @@ def test_raft_update_on_successes_is_the_sft_update_bit_for_bit(tmp_path, tiny_m
         out[arm] = trace, {k: v.detach().clone() for k, v in s.model.state_dict().items()}
     assert out["sft"][0] == pytest.approx(out["rl"][0], rel=1e-6)
     start = load_model(tiny_model_path).state_dict()
-    assert max(float((v - start[k]).abs().max()) for k, v in out["sft"][1].items()) > 1e-4  # the steps did change the weights
+    # the steps did change the weights
+    assert max(float((v - start[k]).abs().max()) for k, v in out["sft"][1].items()) > 1e-4
     assert all(torch.allclose(v, out["rl"][1][k], rtol=0, atol=1e-6) for k, v in out["sft"][1].items())

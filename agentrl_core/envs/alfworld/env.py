@@ -80,9 +80,9 @@ class AlfWorld(Env):
     Without official data the games are our own (generated per task id, planner-checked, cached);
     with `data_dir` or $ALFWORLD_DATA the official `json_2.1.1` games are played. Admissible commands
     are listed in the observation ("Actions: a | b") and in info["available_actions"]. An invalid
-    command returns "Nothing happens." (and reward -`invalid_action_penalty`: envs.invalid_action); the episode is truncated after `max_steps`. A task id fixes
-    the game (the reset `seed` is unused); the generated games also depend on `seed` and the
-    difficulty kwargs given to the constructor.
+    command returns "Nothing happens." (and reward -`invalid_action_penalty`: envs.invalid_action); the
+    episode is truncated after `max_steps`. A task id fixes the game (the reset `seed` is unused); the
+    generated games also depend on `seed` and the difficulty kwargs given to the constructor.
 
     `list_actions` says what the observation lists: "all" (every admissible command, every turn),
     "here" (every command on the first turn; after it only the commands of where the agent stands:
