@@ -24,6 +24,7 @@ from agentrl_core.envs.alfworld.catalog import (
     holds,
 )
 from agentrl_core.envs.alfworld.scene import LOOK, TWO, task_type_of
+from agentrl_core.envs.task_reminder import alfworld_goal
 from agentrl_core.errors import MissingExtraError, ResetNeededError, TaskNotFoundError
 
 ENGINE_MODULES = ("alfworld", "textworld", "fast_downward")
@@ -274,6 +275,19 @@ def test_invalid_action_penalty() -> None:
     assert good.reward in (0.0, 1.0) and good.info["invalid_action"] is False
     with pytest.raises(ValueError, match="invalid_action_penalty"):
         AlfWorld(invalid_action_penalty=-1)
+
+
+def test_remind_task_restates_the_first_observations_goal() -> None:
+    _need_engine()
+    env = AlfWorld(remind_task=True)
+    first, _ = env.reset(task_id=3)
+    goal = alfworld_goal(first)
+    assert goal and not goal.endswith(".")
+    for action in ("fly to the moon", env.expert_action()):
+        head = env.step(action).observation.split("\nActions: ")[0]
+        assert head.endswith(f" Your task: {goal}."), head
+    with pytest.raises(ValueError, match="no 'Your task is to:' line"):
+        alfworld_goal("You are in the middle of a room.")
 
 
 def test_here_listing_says_the_commands_that_never_change_once() -> None:

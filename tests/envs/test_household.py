@@ -191,6 +191,22 @@ def test_invalid_action_penalty_is_off_by_default_and_checked(env: Household) ->
             Household(invalid_action_penalty=bad)
 
 
+def test_remind_task_restates_the_goal_every_turn_and_changes_nothing_else() -> None:
+    plain, reminded = Household(max_steps=30), Household(max_steps=30, remind_task=True)
+    goal = Goal("mug", SHELF)
+    first = [e.load_scene(make_scene_by_hand(goal=goal))[0] for e in (plain, reminded)]
+    assert first[0] == first[1] and first[0].count("Your task: put a mug on shelf 1.") == 1
+    for action in ("go to cabinet 1", "fly to the moon", "look", "open cabinet 1", "take mug 1 from cabinet 1",
+                   "go to shelf 1", "put mug 1 on shelf 1"):
+        a, b = plain.step(action), reminded.step(action)
+        head, actions = b.observation.rsplit("\nActions: ", 1)
+        assert head.count("Your task: put a mug on shelf 1.") == 1, head  # once, also after "look"
+        assert a.observation.endswith(actions) and (a.reward, a.terminated, a.info) == (b.reward, b.terminated, b.info)
+    assert b.info["success"] is True and head.endswith("Your task: put a mug on shelf 1. Task complete!")
+    with pytest.raises(ValueError, match="remind_task must be true or false"):
+        Household(remind_task="false")
+
+
 def test_expert_is_optimal_on_a_hand_made_scene() -> None:
     # mug 2 sits on the countertop in plain sight: cheaper than the one in the closed cabinet
     scene = make_scene_by_hand(where=(FRIDGE, CABINET, COUNTERTOP))

@@ -21,6 +21,7 @@ from agentrl_core.envs.alfworld.scene import Difficulty
 from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.invalid_action import INVALID_ACTION, check_penalty, turn_reward
 from agentrl_core.envs.registry import register
+from agentrl_core.envs.task_reminder import alfworld_goal, check_flag, remind
 from agentrl_core.errors import ResetNeededError
 
 NOTHING = "Nothing happens."
@@ -88,7 +89,8 @@ class AlfWorld(Env):
     "here" (every command on the first turn; after it only the commands of where the agent stands:
     the "go to" commands and help/inventory/look never change in a game, so they are said once,
     which keeps a 20-turn context about a third shorter), or "none" (True and False mean "all" and
-    "none"). info["available_actions"] always holds every admissible command.
+    "none"). info["available_actions"] always holds every admissible command. With `remind_task` every
+    later observation restates the first one's task (envs.task_reminder).
     """
 
     name = "alfworld"
@@ -126,9 +128,12 @@ class AlfWorld(Env):
         hidden_prob: float = 0.4,
         task_types: Sequence[str] = TASK_TYPES,
         invalid_action_penalty: float = 0.0,
+        remind_task: bool = False,
     ) -> None:
         super().__init__()
         self.invalid_action_penalty = check_penalty(invalid_action_penalty)
+        self.remind_task = check_flag(remind_task)
+        self._goal = ""
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
         difficulty = Difficulty(
@@ -158,7 +163,9 @@ class AlfWorld(Env):
         self._state = self.engine.reset()
         self._steps, self._plan, self._plan_at = 0, [], -1
         info = self._info() | {"task_id": int(task_id), "gamefile": path}
-        return self._with_actions(self._state.feedback.strip()), info
+        first = self._state.feedback.strip()
+        self._goal = alfworld_goal(first) if self.remind_task else ""
+        return self._with_actions(first), info
 
     def _step(self, action: str) -> StepResult:
         command = normalize(action)
@@ -170,6 +177,8 @@ class AlfWorld(Env):
             text = self._state.feedback.strip()
         else:
             text = NOTHING  # the engine says the same, without recomputing its infos
+        if self.remind_task:
+            text = remind(text, self._goal)
         if followed:
             self._plan, self._plan_at = self._plan[1:], self._steps
         won = bool(self._state["won"])

@@ -21,6 +21,7 @@ from agentrl_core.envs.household.world import (
 )
 from agentrl_core.envs.invalid_action import INVALID_ACTION, check_penalty, turn_reward
 from agentrl_core.envs.registry import register
+from agentrl_core.envs.task_reminder import check_flag, remind
 from agentrl_core.errors import ResetNeededError, TaskNotFoundError
 
 NOTHING = "Nothing happens."
@@ -48,7 +49,8 @@ class Household(Env):
     """Find objects (some hidden in closed receptacles), transform them, and put them in place.
 
     Reward 1.0 and terminated when the goal holds; 0 otherwise (-`invalid_action_penalty` on a turn whose
-    command is not admissible: envs.invalid_action); truncated after `max_steps`.
+    command is not admissible: envs.invalid_action); truncated after `max_steps`. With `remind_task` every
+    observation restates the task (envs.task_reminder).
     A task id fixes the scene (the reset `seed` is unused); the scene also depends on the
     difficulty kwargs, and every scene is solvable within `max_steps` (checked by the expert).
     Version 2: test scenes come from a part of the scene space no training id draws from.
@@ -71,9 +73,11 @@ class Household(Env):
         max_objects: int = 5,
         task_types: Sequence[str] = TASK_TYPES,
         invalid_action_penalty: float = 0.0,
+        remind_task: bool = False,
     ) -> None:
         super().__init__()
         self.invalid_action_penalty = check_penalty(invalid_action_penalty)
+        self.remind_task = check_flag(remind_task)
         self.difficulty = Difficulty(
             two_room_prob, min_receptacles, max_receptacles, min_objects, max_objects, tuple(task_types), max_steps
         )
@@ -112,8 +116,10 @@ class Household(Env):
         else:
             state = self._state = apply(scene, state, chosen)
             text = describe(scene, state, chosen)
-            if chosen.verb == "look":
+            if chosen.verb == "look" and not self.remind_task:
                 text += f" Your task: {scene.goal_text()}."
+        if self.remind_task:
+            text = remind(text, scene.goal_text())
         won = goal_reached(scene, state)
         if won:
             text += " Task complete!"
