@@ -81,7 +81,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from agentrl_core.envs.server import serve
+    from agentrl_core.env_service.server import serve
 
     serve(
         env_names=args.envs.split(",") if args.envs else None, host=args.host, port=args.port,
@@ -104,13 +104,13 @@ def _print_evals(evals: dict[str, dict]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from agentrl.prefect_env import configure_local_prefect
-    from agentrl_core import interrupts, lifetime
+    from agentrl_core import child_processes, stop_signals
     from agentrl_core.config_checks import check_rl_stage
     from agentrl_core.recipes import load_recipe
 
     from agentrl_core.models import resolve_model
 
-    interrupts.install(on_second=lifetime.kill_tracked)  # Ctrl-C/SIGTERM: stop and record; a second: exit now
+    stop_signals.install(on_second=child_processes.kill_tracked)  # Ctrl-C/SIGTERM: stop and record; a second: exit now
     recipe = load_recipe(args.recipe, args.overrides)  # fail on a bad recipe before Prefect starts
     _move_inline_secrets(recipe)  # a typed password must never reach Prefect's database
     check_rl_stage(recipe)  # the train pipeline has a GRPO stage
@@ -157,7 +157,7 @@ def _interrupt_signal(exc: BaseException) -> int | None:
     """The signal behind an interrupted run (Ctrl-C, or SIGTERM through Prefect's TerminationSignal); None otherwise."""
     import signal
 
-    from agentrl_core.interrupts import Interrupted, requested
+    from agentrl_core.stop_signals import Interrupted, requested
 
     if isinstance(exc, Interrupted):
         return exc.signum
@@ -174,7 +174,7 @@ def _interrupted(args: argparse.Namespace, run_dir: Path, signum: int, flow_star
     import signal
 
     from agentrl_core.checkpoints.layout import latest_checkpoint
-    from agentrl_core.interrupts import abandoned_alive
+    from agentrl_core.stop_signals import abandoned_alive
 
     kept = [f"{stage} {path.name} ({path})" for stage in ("sft", "grpo")
             if (path := latest_checkpoint(run_dir / stage / "checkpoints")) is not None]
@@ -196,19 +196,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from rich.progress import Progress
 
-    from agentrl_core import interrupts, lifetime
+    from agentrl_core import child_processes, stop_signals
     from agentrl_core.config import EvalConfig, SamplingConfig
-    from agentrl_core.envs import launch_server
+    from agentrl_core.env_service import launch_server
     from agentrl_core.evaluation.runner import evaluate_model
-    from agentrl_core.server_auth import run_token
+    from agentrl_core.web.auth import run_token
 
-    interrupts.install(on_second=lifetime.kill_tracked)
+    stop_signals.install(on_second=child_processes.kill_tracked)
     cfg = EvalConfig(k=args.k, seed=args.seed, sampling=SamplingConfig(temperature=args.temperature))
-    with run_token():  # the env server started here answers only this evaluation (server_auth.py)
+    with run_token():  # the env server started here answers only this evaluation (web/auth.py)
         server_cm = nullcontext(None) if args.env_url else launch_server([args.env])
         with server_cm as server, Progress(console=console) as progress:
             bar = progress.add_task(f"evaluating {args.model}", total=args.k * args.max_turns)
-            summary = interrupts.run_interruptible(  # Ctrl-C stops it within seconds
+            summary = stop_signals.run_interruptible(  # Ctrl-C stops it within seconds
                 evaluate_model, args.model, env_name=args.env, env_url=args.env_url or server.url, cfg=cfg,
                 n_tasks=args.tasks, max_turns=args.max_turns, autocast=_compute_dtype(args.model, args.compute_dtype),
                 on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
@@ -219,7 +219,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _compute_dtype(model: str, setting: str) -> str:
     """`setting`, or (auto) what is fastest on this machine for `model` (measured once, cached), said once."""
     from agentrl_core.models import resolve_model
-    from agentrl_core.models.compute import choose_compute_dtype
+    from agentrl_core.models.compute_settings import choose_compute_dtype
 
     if setting != "auto":
         return setting

@@ -17,7 +17,6 @@ import argparse
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,8 @@ from typing import Iterator, Sequence
 
 import httpx
 
-from agentrl_core import lifetime
+from agentrl_core import child_processes
+from agentrl_core.web.ports import free_port
 
 EPHEMERAL_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
 """What Prefect's ephemeral mode sets for its server process."""
@@ -43,11 +43,6 @@ def run_credential() -> str:
     set it (so they can reach that server from another shell), else a fresh random one for this run."""
     return os.environ.get(CLIENT_AUTH_ENV) or f"agentrl:{secrets.token_urlsafe(32)}"
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _child_env(credential: str) -> dict[str, str]:
@@ -90,12 +85,13 @@ def start_server(credential: str, timeout_s: float | None = None) -> tuple[subpr
     once healthy."""
     from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
 
-    port = _free_port()
+    port = free_port()
     log = Path(tempfile.mkdtemp(prefix="agentrl-prefect-")) / "server.log"
     cmd = [sys.executable, "-m", "agentrl.prefect_server", "--port", str(port), "--parent-pid", str(os.getpid())]
     with open(log, "wb") as out:
-        proc = lifetime.track(subprocess.Popen(cmd, env=_child_env(credential), stdin=subprocess.DEVNULL, stdout=out,
-                                               stderr=subprocess.STDOUT, **lifetime.CHILD_SESSION))
+        proc = child_processes.track(subprocess.Popen(cmd, env=_child_env(credential), stdin=subprocess.DEVNULL,
+                                                      stdout=out, stderr=subprocess.STDOUT,
+                                                      **child_processes.CHILD_SESSION))
     url = f"http://127.0.0.1:{port}/api"
     try:
         _wait_healthy(proc, url, log, timeout_s or PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
@@ -143,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--parent-pid", type=int, required=True)
     args = p.parse_args(argv)
-    lifetime.set_parent_death_signal(args.parent_pid, signal.SIGTERM)
-    lifetime.watch_parent(args.parent_pid)
+    child_processes.set_parent_death_signal(args.parent_pid, signal.SIGTERM)
+    child_processes.watch_parent(args.parent_pid)
     import uvicorn
 
     uvicorn.run("prefect.server.api.server:create_app", factory=True, host="127.0.0.1", port=args.port,

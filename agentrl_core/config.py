@@ -48,7 +48,7 @@ class ModelConfig(Section):
     """Parameter dtype for training and rollout (the CPU wants float32)."""
     compute_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Matmul precision (autocast over the `dtype` weights). auto: decided once per machine by what the
-    hardware supports and a short measurement of this model, then cached (agentrl_core.models.compute);
+    hardware supports and a short measurement of this model, then cached (agentrl_core.models.compute_settings);
     bfloat16 is faster on CPUs with AVX512-BF16/AMX (bench/bench_compute_dtype.py measures by how much)
     and several times slower on AVX2-only CPUs."""
     cpu_threads: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"

@@ -153,7 +153,7 @@ def run_stage(recipe: RecipeConfig, name: str, init_model: str | Path, *, on_ste
     """
     from contextlib import nullcontext
 
-    from agentrl_core.envs import launch_server
+    from agentrl_core.env_service import launch_server
     from agentrl_core.training.grpo import train_grpo
 
     url = env_url or reveal(recipe.env.url, "env.url")

@@ -61,3 +61,8 @@ class DiskFullError(AgentRLError):
         if self.resume_step is not None:  # set by the training loop, which knows its last complete checkpoint
             then += f" to resume from step {self.resume_step}"
         return f"no space left on device writing {self.path} ({space}): free space and {then}"
+
+
+class ServerStartError(AgentRLError, RuntimeError):
+    """A server process could not start: its port is taken, it exited during startup, or it never answered
+    /health (the message holds the end of its output)."""

@@ -205,7 +205,7 @@ def worker_environment(model: Any) -> dict[str, str]:
     """The variables a remote worker (a Ray actor on another node) needs to reveal `model`'s secret
     settings and reach the run's servers: each env:VAR that is set, each loaded block, the bearer token.
     The Ray driver puts them in the object store and each actor adopts them (`adopt_worker_environment`)."""
-    from agentrl_core.server_auth import TOKEN_ENV
+    from agentrl_core.web.auth import TOKEN_ENV
 
     names = {TOKEN_ENV}
     for _, secret in secret_fields(model):

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
 from bench._common import peak_rss_gib, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
-from agentrl_core.hardware import describe_cpu  # noqa: E402
+from agentrl_core.machine_info import describe_cpu  # noqa: E402
 
 PER_STEP = ("time/rollout_s", "time/train_s", "time/step_s", "turns_mean", "episode_tokens", "response_length",
             "groups_with_signal", "samples_backpropagated", "success_rate", "rollout/prefilled_tokens",
@@ -119,7 +119,7 @@ def sft_start(args: argparse.Namespace, env_overrides: tuple[str, ...] = ()) -> 
 def train_sft_start(args: argparse.Namespace, env_overrides: tuple[str, ...]) -> Path:
     """The SFT start itself (in the child process `sft_start` runs)."""
     from agentrl_core.checkpoints import export_hf
-    from agentrl_core.envs import launch_server
+    from agentrl_core.env_service import launch_server
     from agentrl_core.models import resolve_model
     from agentrl_core.training.sft import train_sft
 
@@ -136,7 +136,7 @@ def train_sft_start(args: argparse.Namespace, env_overrides: tuple[str, ...]) ->
 
 def run_child(args: argparse.Namespace) -> None:
     """One setting, one round (in its own process): RL steps from the start; prints the peak RSS as JSON."""
-    from agentrl_core.envs import launch_server
+    from agentrl_core.env_service import launch_server
     from agentrl_core.training.grpo import train_grpo
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -152,7 +152,7 @@ def run_child(args: argparse.Namespace) -> None:
 
 def run_setting(args: argparse.Namespace, setting: Setting, start: Path) -> tuple[list[dict], float]:
     """A fresh process runs the setting; returns its steps' metrics and its peak RSS (GiB)."""
-    from agentrl_core.training.metrics import read_metrics
+    from agentrl_core.training.metrics_log import read_metrics
 
     argv = [sys.executable, __file__, "--child", setting.name, "--recipe", args.recipe,
             "--start", str(start), "--steps", str(args.steps), "--root", args.root,

@@ -29,8 +29,8 @@ import torch  # noqa: E402
 from bench._common import median, print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.models import load_model, resolve_model  # noqa: E402
-from agentrl_core.models.compute import choose_compute_dtype, resolve_threads  # noqa: E402
-from agentrl_core.models.precision import autocast  # noqa: E402
+from agentrl_core.models.compute_settings import choose_compute_dtype, resolve_threads  # noqa: E402
+from agentrl_core.models.mixed_precision import autocast  # noqa: E402
 
 
 def parse() -> argparse.Namespace:

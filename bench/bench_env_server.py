@@ -40,8 +40,8 @@ import httpx  # noqa: E402
 
 from bench._common import load_baseline, print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
-from agentrl_core.envs import launch_server  # noqa: E402
-from agentrl_core.envs.server_metrics import quantile  # noqa: E402
+from agentrl_core.env_service import launch_server  # noqa: E402
+from agentrl_core.env_service.server_metrics import quantile  # noqa: E402
 
 WARMUP_CYCLES = 500
 FALLBACK_ACTION = {"countdown": "<answer>1 + 2</answer>", "math": "#### 0"}

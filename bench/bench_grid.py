@@ -26,14 +26,14 @@ from bench._common import print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from bench.bench_learning import evaluate  # noqa: E402
 from agentrl_core.checkpoints import export_hf  # noqa: E402
-from agentrl_core.envs import launch_server  # noqa: E402
+from agentrl_core.env_service import launch_server  # noqa: E402
 from agentrl_core.evaluation.stats import compare  # noqa: E402
-from agentrl_core.hardware import describe_cpu  # noqa: E402
+from agentrl_core.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.models import resolve_model  # noqa: E402
-from agentrl_core.models.compute import resolve_compute_settings  # noqa: E402
+from agentrl_core.models.compute_settings import resolve_compute_settings  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402
 from agentrl_core.training.grpo import train_grpo  # noqa: E402
-from agentrl_core.training.metrics import read_metrics  # noqa: E402
+from agentrl_core.training.metrics_log import read_metrics  # noqa: E402
 from agentrl_core.training.sft import train_sft  # noqa: E402
 
 ALGORITHMS = {
@@ -77,7 +77,7 @@ def curve(stage_dir: Path) -> list[tuple[float, float]]:
 
 
 def plot(curves: dict[str, list[tuple[float, float]]], evals: dict, out: Path) -> None:
-    from agentrl_core.evaluation.plots import plt
+    from agentrl_core.evaluation.plots import draw_interval_bars, plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     for name, points in curves.items():
@@ -85,11 +85,8 @@ def plot(curves: dict[str, list[tuple[float, float]]], evals: dict, out: Path) -
     left.set(xlabel="minutes of GRPO", ylabel="rollout reward (train tasks)", title="training reward")
     left.legend()
     names = list(evals)
-    rates = [evals[n].success_rate or 0.0 for n in names]
-    err = [[r - (evals[n].success_low or r) for n, r in zip(names, rates)],
-           [(evals[n].success_high or r) - r for n, r in zip(names, rates)]]
-    right.bar(names, rates, yerr=err, capsize=4, color="tab:green")
-    right.set(title="held-out success (95% CI)", ylim=(0, 1))
+    draw_interval_bars(right, names, [evals[n].success_rate for n in names], [evals[n].success_low for n in names],
+                       [evals[n].success_high for n in names])
     fig.tight_layout()
     fig.savefig(out, dpi=90)
     plt.close(fig)

@@ -24,15 +24,16 @@ from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
 from bench._common import print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.checkpoints import export_hf  # noqa: E402
-from agentrl_core.envs import launch_server  # noqa: E402
+from agentrl_core.env_service import launch_server  # noqa: E402
 from agentrl_core.evaluation.runner import evaluate_model  # noqa: E402
+from agentrl_core.evaluation.report import quarter_means  # noqa: E402
 from agentrl_core.evaluation.stats import compare  # noqa: E402
-from agentrl_core.hardware import describe_cpu  # noqa: E402
+from agentrl_core.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.models import resolve_model  # noqa: E402
-from agentrl_core.models.compute import resolve_compute_settings  # noqa: E402
+from agentrl_core.models.compute_settings import resolve_compute_settings  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402
 from agentrl_core.training.grpo import train_grpo  # noqa: E402
-from agentrl_core.training.metrics import read_metrics  # noqa: E402
+from agentrl_core.training.metrics_log import read_metrics  # noqa: E402
 from agentrl_core.training.sft import train_sft  # noqa: E402
 
 
@@ -59,12 +60,6 @@ def evaluate(cfg, model: Path, url: str, label: str):
 def reward_curve(stage_dir: Path) -> list[float]:
     """The rollout reward of each GRPO step (training tasks)."""
     return [m["reward_mean"] for m in read_metrics(stage_dir / "metrics.jsonl") if "reward_mean" in m]
-
-
-def quarter_means(curve: list[float]) -> tuple[float, float]:
-    """Mean of the first and of the last quarter of the steps (at least one step each)."""
-    q = max(1, len(curve) // 4)
-    return sum(curve[:q]) / q, sum(curve[-q:]) / q
 
 
 def plot(curves: dict[str, list[float]], out: Path) -> None:

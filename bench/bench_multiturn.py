@@ -35,20 +35,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
 from bench._common import print_table, save_json  # noqa: E402
-from bench.bench_learning import quarter_means  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.checkpoints import export_hf  # noqa: E402
-from agentrl_core.envs import EnvClient, launch_server  # noqa: E402
+from agentrl_core.env_service import EnvClient, launch_server  # noqa: E402
 from agentrl_core.evaluation.metrics import EvalSummary  # noqa: E402
+from agentrl_core.evaluation.report import quarter_means  # noqa: E402
 from agentrl_core.evaluation.runner import evaluate_model  # noqa: E402
 from agentrl_core.evaluation.stats import Comparison, compare  # noqa: E402
-from agentrl_core.hardware import describe_cpu  # noqa: E402
+from agentrl_core.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.models import resolve_model  # noqa: E402
-from agentrl_core.models.compute import resolve_compute_settings  # noqa: E402
+from agentrl_core.models.compute_settings import resolve_compute_settings  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402
 from agentrl_core.tasksets import resolve_task_ids  # noqa: E402
 from agentrl_core.training.grpo import ALGORITHM_FILE, train_grpo  # noqa: E402
-from agentrl_core.training.metrics import read_metrics  # noqa: E402
+from agentrl_core.training.metrics_log import read_metrics  # noqa: E402
 from agentrl_core.training.sft import train_sft  # noqa: E402
 from agentrl_core.training.validation import held_back_ids  # noqa: E402
 

@@ -25,13 +25,13 @@ import torch  # noqa: E402
 from bench._common import load_baseline, median, print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.config import EngineConfig, SamplingConfig  # noqa: E402
-from agentrl_core.hardware import describe_cpu  # noqa: E402
+from agentrl_core.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.envs import make  # noqa: E402
-from agentrl_core.models import load_model, load_tokenizer, precision, resolve_model  # noqa: E402
+from agentrl_core.models import load_model, load_tokenizer, mixed_precision, resolve_model  # noqa: E402
 from agentrl_core.models.chat import ChatFormat  # noqa: E402
-from agentrl_core.models.compute import choose_compute_dtype  # noqa: E402
+from agentrl_core.models.compute_settings import choose_compute_dtype  # noqa: E402
 from agentrl_core.rollout import EpisodeSpec, LoopLimits, run_episodes  # noqa: E402
-from agentrl_core.rollout.engines import make_engine  # noqa: E402
+from agentrl_core.rollout.engine_factory import make_engine  # noqa: E402
 
 HOUSEHOLD = {"max_steps": 8, "two_room_prob": 0.0, "max_receptacles": 4, "max_objects": 3}
 
@@ -75,7 +75,7 @@ def decode_ceiling(model, batch: int, context: int, steps: int, autocast: str) -
 
     ids = torch.randint(100, 1000, (batch, context))
     cache = DynamicCache(config=model.config)
-    with precision.autocast(model, autocast):
+    with mixed_precision.autocast(model, autocast):
         out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         nxt = out.logits[:, -1].argmax(-1, keepdim=True)
         start = time.perf_counter()

@@ -23,13 +23,13 @@ import torch  # noqa: E402
 from bench._common import load_baseline, median, peak_rss_gib, print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.config import AlgorithmConfig, EngineConfig, OptimConfig, SamplingConfig  # noqa: E402
-from agentrl_core.hardware import describe_cpu  # noqa: E402
+from agentrl_core.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.envs import make  # noqa: E402
 from agentrl_core.models import load_model, load_tokenizer, resolve_model  # noqa: E402
 from agentrl_core.models.chat import ChatFormat  # noqa: E402
-from agentrl_core.models.compute import choose_compute_dtype  # noqa: E402
+from agentrl_core.models.compute_settings import choose_compute_dtype  # noqa: E402
 from agentrl_core.rollout import EpisodeSpec, LoopLimits, run_episodes  # noqa: E402
-from agentrl_core.rollout.engines import make_engine  # noqa: E402
+from agentrl_core.rollout.engine_factory import make_engine  # noqa: E402
 from agentrl_core.training.optim import build_optimizer  # noqa: E402
 from agentrl_core.training.policy_update import UpdateContext, policy_update  # noqa: E402
 

@@ -209,7 +209,7 @@ def run_recorded(bench: str, main: Callable[[], Any], results_dir: Path | None =
 
 def _payload(bench: str, record: str, command: str, argv: list[str], wall: float, allocator: str,
              recording: Recording) -> dict[str, Any]:
-    from agentrl_core.hardware import cpu_info
+    from agentrl_core.machine_info import cpu_info
 
     info = cpu_info()
     revision, dirty = git_state()

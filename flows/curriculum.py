@@ -12,7 +12,7 @@ from tasks.env_server import env_server
 from tasks.records import record_eval, record_export, record_stage, run_record
 from tasks.report import report
 from tasks.secrets import prepare_secrets
-from tasks.stages import compute_settings, evaluate, import_model
+from tasks.training_stages import compute_settings, evaluate, import_model
 
 
 def _resolve(curriculum: CurriculumConfig | None, curriculum_file: str | None) -> CurriculumConfig:

@@ -7,9 +7,9 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.curriculum import run_stage
-from agentrl_core.interrupts import run_interruptible
+from agentrl_core.stop_signals import run_interruptible
 from tasks.gpu import stage_gpus
-from tasks.stages import TRANSIENT, _progress_callback
+from tasks.training_stages import TRANSIENT, _progress_callback
 
 # The key: the stage's recipe, its name, its starting model and that model's fingerprint, and this
 # task's source. A stage that failed has no cache record, so a re-run trains it again — resuming

@@ -10,9 +10,9 @@ from typing import Iterator
 from prefect import get_run_logger, task
 
 from agentrl_core.config import EnvConfig
-from agentrl_core.envs import ServerProcess, launch_server
+from agentrl_core.env_service import ServerProcess, launch_server
 from agentrl_core.secrets import reveal
-from agentrl_core.server_auth import run_token
+from agentrl_core.web.auth import run_token
 from tasks.retry import retry_unless_disk_full
 
 _SERVERS: dict[int, ServerProcess] = {}
@@ -46,7 +46,7 @@ def env_server(env: EnvConfig) -> Iterator[str]:
     """The url of a running server for the flow's body: an existing one (env.url) or one started and
     always stopped here, also when the body fails. A hard kill of the flow process is covered by
     the server itself, which exits when its parent process dies."""
-    with run_token():  # the run's bearer token (server_auth.py): its servers, clients and workers share it
+    with run_token():  # the run's bearer token (web/auth.py): its servers, clients and workers share it
         if env.url:
             yield reveal(env.url, "env.url")
             return

@@ -14,7 +14,7 @@ from agentrl_core.evaluation.leaderboard import leaderboard, to_markdown
 from agentrl_core.evaluation.plots import plot_registry
 from agentrl_core.store import open_registry
 from tasks.retry import retry_unless_disk_full
-from tasks.stages import TRANSIENT
+from tasks.training_stages import TRANSIENT
 
 
 @task(name="pending-checkpoints", retries=2, retry_delay_seconds=2, retry_condition_fn=retry_unless_disk_full)

@@ -10,7 +10,7 @@ from prefect import get_run_logger, task
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.secrets import Secret, reveal
-from agentrl_core.server_auth import run_token
+from agentrl_core.web.auth import run_token
 from tasks.retry import retry_unless_disk_full
 
 _POOLS: dict[int, Any] = {}

@@ -21,7 +21,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 def pytest_report_header(config: pytest.Config) -> str:
     """The CPU the tests ran on (model, the flags that decide speed, cores), in the session header."""
-    from agentrl_core.hardware import describe_cpu
+    from agentrl_core.machine_info import describe_cpu
 
     return describe_cpu()
 
@@ -56,7 +56,7 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory, embedded_model_pat
 @pytest.fixture(scope="session")
 def env_server_url():
     """A real env server (all registered envs) on 127.0.0.1 for the whole session."""
-    from agentrl_core.envs import launch_server
+    from agentrl_core.env_service import launch_server
 
     with launch_server() as server:
         yield server.url

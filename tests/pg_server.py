@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+from agentrl_core.web.ports import free_port
 
 PG_ROOT = Path("/usr/lib/postgresql")
 SUPERUSER = "agentrl"
@@ -32,11 +33,6 @@ def find_pg_bin() -> Path | None:
                       key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
     return versions[-1] if versions else None
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _unprivileged_user() -> str | None:
@@ -82,7 +78,7 @@ def start_postgres(tmpdir: str | Path) -> tuple[str, Callable[[], None]]:
         raise FileNotFoundError(f"no PostgreSQL binaries under {PG_ROOT}/*/bin (Debian: apt-get install postgresql)")
     user = _unprivileged_user()
     work = _workdir(Path(tmpdir), user)
-    data, log, port = work / "data", work / "server.log", _free_port()
+    data, log, port = work / "data", work / "server.log", free_port()
     stopped = False
 
     def stop() -> None:

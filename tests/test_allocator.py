@@ -68,7 +68,7 @@ DRIVER = textwrap.dedent("""
     from agentrl.allocator import reexec_script_with_tuned_malloc
 
     reexec_script_with_tuned_malloc()  # what `agentrl run` and the benchmarks do first
-    from agentrl_core.envs import launch_server
+    from agentrl_core.env_service import launch_server
     from agentrl_core.malloc_tuning import APPLIED_ENV, in_force
 
     def children(pid):

@@ -135,7 +135,7 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path):
 def test_the_former_cycles_stay_broken():
     """The three import cycles once found: algorithms and config, the two storage backends, and the GRPO stage
     and the Ray driver (the driver and its trainer worker now take the step's pieces from
-    training/rollout_batch.py and training/step_context.py). Their fixes keep these edges out of the graph."""
+    rollout/grpo_rollout.py and training/step_context.py). Their fixes keep these edges out of the graph."""
     graph = import_graph()
     algorithms = [m for m in graph if m.startswith("agentrl_core.algorithms")]
     assert {"agentrl_core.config", "agentrl_core.config_checks"}.isdisjoint(set().union(*(graph[m] for m in algorithms)))
@@ -144,3 +144,21 @@ def test_the_former_cycles_stay_broken():
     assert "agentrl_core.algorithms.registry" in graph["agentrl_core.algorithms.advantages"]  # the graph is real
     ray_side = ("agentrl_core.distributed.driver", "agentrl_core.distributed.trainer_worker")
     assert all("agentrl_core.training.grpo" not in graph[m] for m in ray_side)
+
+
+def test_the_layers_point_one_way():
+    """Environments know nothing of the service that hosts them; the HTTP layer knows none of its servers;
+    generic rollout code never reaches into one engine's implementation."""
+    graph = import_graph()
+
+    def imports_of(prefix: str) -> set[str]:
+        return set().union(*(graph[m] for m in graph if m == prefix or m.startswith(prefix + ".")))
+
+    assert not {m for m in imports_of("agentrl_core.envs") if m.startswith("agentrl_core.env_service")}
+    servers = ("agentrl_core.env_service", "agentrl_core.experience", "agentrl_core.serving", "agentrl_core.envs")
+    assert not {m for m in imports_of("agentrl_core.web") if m.startswith(servers)}
+    native = "agentrl_core.rollout.native"
+    generic = [m for m in graph if m.startswith("agentrl_core.rollout.") and not m.startswith(native)
+               and m != "agentrl_core.rollout.engine_factory"]
+    reaching = {m: sorted(t for t in graph[m] if t.startswith(native)) for m in generic}
+    assert not {m: t for m, t in reaching.items() if t}, reaching

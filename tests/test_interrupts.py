@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_core import interrupts
+from agentrl_core import stop_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 15.0  # generous: the machine running the tests may be busy
@@ -22,7 +22,7 @@ BOUND_S = 15.0  # generous: the machine running the tests may be busy
 # A long call that holds no GIL and cannot be interrupted, as one long torch op (a backward pass) is.
 SCRIPT_HEAD = textwrap.dedent("""
     import os, signal, sys, time
-    from agentrl_core import interrupts
+    from agentrl_core import stop_signals
 
     def long_call():
         print("started", flush=True)
@@ -52,12 +52,12 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, float]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_first_signal_stops_work_stuck_in_one_long_call(sig):
     proc = _start("""
-        interrupts.install()
+        stop_signals.install()
         try:
-            interrupts.run_interruptible(long_call, grace_s=0.5)
+            stop_signals.run_interruptible(long_call, grace_s=0.5)
         except KeyboardInterrupt as exc:
             print("interrupted by", type(exc).__name__, signal.Signals(exc.signum).name,
-                  "abandoned" if interrupts.abandoned_alive() else "joined", flush=True)
+                  "abandoned" if stop_signals.abandoned_alive() else "joined", flush=True)
             os._exit(3)
     """)
     time.sleep(0.3)
@@ -77,11 +77,11 @@ def test_worker_unwinds_through_its_finally_blocks():
             finally:
                 print("worker cleaned up", flush=True)
 
-        interrupts.install()
+        stop_signals.install()
         try:
-            interrupts.run_interruptible(python_loop)
+            stop_signals.run_interruptible(python_loop)
         except KeyboardInterrupt:
-            print("abandoned" if interrupts.abandoned_alive() else "joined", flush=True)
+            print("abandoned" if stop_signals.abandoned_alive() else "joined", flush=True)
     """)
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGINT)
@@ -91,9 +91,9 @@ def test_worker_unwinds_through_its_finally_blocks():
 
 def test_second_signal_runs_the_callbacks_and_exits_at_once():
     proc = _start("""
-        interrupts.install(on_second=lambda: print("killing children", flush=True))
+        stop_signals.install(on_second=lambda: print("killing children", flush=True))
         try:
-            interrupts.run_interruptible(long_call, grace_s=0.2)
+            stop_signals.run_interruptible(long_call, grace_s=0.2)
         except KeyboardInterrupt:
             print("cleaning up slowly", flush=True)
             time.sleep(60)
@@ -118,10 +118,10 @@ def test_prefect_style_echo_of_sigterm_is_not_a_second_signal():
         def bridge(signum, frame):
             raise TerminationSignal(signum)
 
-        interrupts.install()
+        stop_signals.install()
         before = signal.signal(signal.SIGTERM, bridge)
         try:
-            interrupts.run_interruptible(long_call, grace_s=0.2)
+            stop_signals.run_interruptible(long_call, grace_s=0.2)
         except TerminationSignal:
             signal.signal(signal.SIGTERM, before)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -138,7 +138,7 @@ def test_ignored_signal_stays_ignored():
     proc = _start("""
         print("started", flush=True)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job of a non-interactive shell
-        interrupts.install()
+        stop_signals.install()
         print("handler", signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True)
     """)
     code, out, _ = _finish(proc)
@@ -154,19 +154,19 @@ def test_result_exceptions_and_context_pass_through_the_worker():
         seen.append(threading.current_thread().name)
         return x + y + len(var.get())
 
-    assert interrupts.run_interruptible(work, 1, y=2) == 3 + len("from the caller")
+    assert stop_signals.run_interruptible(work, 1, y=2) == 3 + len("from the caller")
     assert seen == ["agentrl-work"]
 
     def fail() -> None:
         raise ValueError("boom")
 
     with pytest.raises(ValueError, match="boom"):
-        interrupts.run_interruptible(fail)
+        stop_signals.run_interruptible(fail)
 
 
 def test_off_the_main_thread_the_work_runs_in_place():
     names: list[str] = []
-    thread = threading.Thread(target=lambda: names.append(interrupts.run_interruptible(
+    thread = threading.Thread(target=lambda: names.append(stop_signals.run_interruptible(
         lambda: threading.current_thread().name)), name="caller")
     thread.start()
     thread.join()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_core import lifetime
+from agentrl_core import child_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 10.0
@@ -28,7 +28,7 @@ PARENT = textwrap.dedent("""
 """)
 CHILD = textwrap.dedent("""
     import os, time
-    from agentrl_core import lifetime
+    from agentrl_core import child_processes
     parent = os.getppid()
     {arm}
     time.sleep(120)
@@ -49,7 +49,7 @@ def _gone(pid: int, within_s: float) -> bool:
 
 
 def _parent_with_child(arm: str) -> tuple[subprocess.Popen[str], int]:
-    script = PARENT.format(child=CHILD.format(arm=arm), session=lifetime.CHILD_SESSION)
+    script = PARENT.format(child=CHILD.format(arm=arm), session=child_processes.CHILD_SESSION)
     parent = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True, stdout=subprocess.PIPE,
                               start_new_session=True)
     assert parent.stdout is not None
@@ -57,8 +57,8 @@ def _parent_with_child(arm: str) -> tuple[subprocess.Popen[str], int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
-@pytest.mark.parametrize("arm", ["lifetime.set_parent_death_signal(parent)",
-                                 "lifetime.watch_parent(parent, period_s=0.2)"])
+@pytest.mark.parametrize("arm", ["child_processes.set_parent_death_signal(parent)",
+                                 "child_processes.watch_parent(parent, period_s=0.2)"])
 def test_child_dies_when_its_parent_is_killed(arm):
     parent, child = _parent_with_child(arm)
     try:
@@ -77,27 +77,27 @@ def test_child_dies_when_its_parent_is_killed(arm):
 
 def test_kill_tracked_ends_a_child_and_its_own_children(monkeypatch):
     # only this test's child: kill_tracked must not end the session's env server (tracked too)
-    monkeypatch.setattr(lifetime, "_tracked", weakref.WeakSet())
+    monkeypatch.setattr(child_processes, "_tracked", weakref.WeakSet())
     script = "import subprocess, sys, time; g = subprocess.Popen([sys.executable, '-c', 'import time; " \
              "time.sleep(120)']); print(g.pid, flush=True); time.sleep(120)"
-    child = lifetime.track(subprocess.Popen([sys.executable, "-c", script], text=True, stdout=subprocess.PIPE,
-                                            **lifetime.CHILD_SESSION))
+    child = child_processes.track(subprocess.Popen([sys.executable, "-c", script], text=True, stdout=subprocess.PIPE,
+                                            **child_processes.CHILD_SESSION))
     assert child.stdout is not None
     grandchild = int(child.stdout.readline())
     try:
-        assert child.pid in lifetime.tracked_pids()
-        assert child.pid in lifetime.kill_tracked()
+        assert child.pid in child_processes.tracked_pids()
+        assert child.pid in child_processes.kill_tracked()
         child.wait(BOUND_S)
         assert _gone(grandchild, BOUND_S)
-        assert child.pid not in lifetime.tracked_pids()
+        assert child.pid not in child_processes.tracked_pids()
     finally:
         child.kill()
 
 
 def test_servers_start_in_their_own_session_and_are_tracked():
-    from agentrl_core.envs import launch_server
+    from agentrl_core.env_service import launch_server
 
     with launch_server(["countdown"]) as server:
         assert os.getsid(server.pid) == server.pid != os.getsid(0)
-        assert server.pid in lifetime.tracked_pids()
-    assert server.pid not in lifetime.tracked_pids()
+        assert server.pid in child_processes.tracked_pids()
+    assert server.pid not in child_processes.tracked_pids()

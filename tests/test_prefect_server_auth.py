@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from agentrl import prefect_server
-from agentrl_core import lifetime
+from agentrl_core import child_processes
 
 
 def test_each_run_gets_a_fresh_user_password_credential(monkeypatch):
@@ -30,12 +30,12 @@ def run_api(tmp_path_factory):
     from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
     home = tmp_path_factory.mktemp("prefect-home")
-    before = set(lifetime.tracked_pids())
+    before = set(child_processes.tracked_pids())
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(prefect_server.CLIENT_AUTH_ENV, raising=False)
         with temporary_settings(updates={PREFECT_HOME: home}, restore_defaults={PREFECT_API_URL}):
             with prefect_server.local_prefect_api() as url:
-                (pid,) = set(lifetime.tracked_pids()) - before
+                (pid,) = set(child_processes.tracked_pids()) - before
                 yield url, pid, home
 
 

@@ -85,7 +85,7 @@ def test_overrides_are_refused_with_the_key_and_a_clean_message() -> None:
 
 
 def test_cli_refuses_an_escaping_run_name_fast_and_writes_nothing(tmp_path: Path) -> None:
-    """The issue's reproduction: `agentrl run household_grpo run.root=... run.name=../../etc`."""
+    """A path traversal through the run name: `agentrl run household_grpo run.root=... run.name=../../etc`."""
     root = tmp_path / "runs"
     start = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "agentrl.cli", "run", "household_grpo", f"run.root={root}",

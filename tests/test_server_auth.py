@@ -11,10 +11,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from agentrl_core.envs import launch_server
-from agentrl_core.envs.client import EnvClient
+from agentrl_core.env_service import launch_server
+from agentrl_core.env_service.client import EnvClient
 from agentrl_core.envs.errors import ServerStartError
-from agentrl_core.server_auth import (
+from agentrl_core.web.auth import (
     TOKEN_ENV,
     UnauthenticatedBindError,
     auth_banner,

@@ -43,7 +43,7 @@ from agentrl_core.distributed.inflight import sample_lags
 from agentrl_core.distributed.rollout_pool import RolloutPool, WorkersDied, retries_exhausted
 from agentrl_core.rollout import Trajectory, write_trajectories
 from agentrl_core.rollout.episode import WEIGHT_VERSIONS
-from agentrl_core.training.rollout_batch import rollout_metrics, round_specs, step_tasks, usable_trajectories
+from agentrl_core.rollout.grpo_rollout import rollout_metrics, round_specs, step_tasks, usable_trajectories
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,13 @@ from agentrl_core.distributed.async_loop import run_async
 from agentrl_core.distributed.rollout_pool import RolloutPool, WorkersDied, retries_exhausted
 from agentrl_core.distributed.trainer_worker import remote_trainer_worker
 from agentrl_core.distributed.weight_sync import folder_files
-from agentrl_core.envs import EnvClient
+from agentrl_core.env_service import EnvClient
 from agentrl_core.config_checks import check_combinations
 from agentrl_core.errors import AgentRLError
 from agentrl_core.rollout import EpisodeSpec, Trajectory, write_trajectories
 from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.training.memory_plan import MemoryPlan, apply_plan, check_run_peak, memory_plan_for
-from agentrl_core.training.rollout_batch import rollout_metrics, round_specs, step_tasks, usable_trajectories
+from agentrl_core.rollout.grpo_rollout import rollout_metrics, round_specs, step_tasks, usable_trajectories
 from agentrl_core.training.session import StageResult, StepCallback
 from agentrl_core.training.timing import timed
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from agentrl_core.atomic_file import write_text_atomic
 from agentrl_core.errors import AgentRLError
+from agentrl_core.web.ports import free_port
 
 DEFAULT_PORT = 6390
 """The head's GCS port (not Ray's usual 6379, so a Ray the user runs already is not in the way)."""
@@ -95,16 +96,10 @@ class ClusterState:
 
 
 def default_state_dir() -> Path:
-    from agentrl_core.models.store import agentrl_home
+    from agentrl_core.models.model_cache import agentrl_home
 
     return agentrl_home() / "ray-cluster"
 
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_environment(token_file: Path) -> dict[str, str]:

@@ -12,12 +12,12 @@ import torch
 from agentrl_core.config import RecipeConfig, SamplingConfig
 from agentrl_core.distributed.inflight import InflightEngine
 from agentrl_core.distributed.weight_sync import UNSYNCED, materialised
-from agentrl_core.envs import EnvClient, RemoteEnv
-from agentrl_core.hardware import peak_resident_bytes
+from agentrl_core.env_service import EnvClient, RemoteEnv
+from agentrl_core.machine_info import peak_resident_bytes
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, Generation, LoopLimits, Trajectory, run_episodes
-from agentrl_core.rollout.engines import make_engine
+from agentrl_core.rollout.engine_factory import make_engine
 from agentrl_core.secrets import adopt_worker_environment
 
 log = logging.getLogger(__name__)

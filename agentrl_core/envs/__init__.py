@@ -1,16 +1,14 @@
-"""Environments: the Env contract, the registry, check_env, one HTTP server and one client.
+"""Environments: the Env contract (`base.py`), the registry, `check_env` (`env_checker.py`), and one package
+per environment. The HTTP service that hosts them is `agentrl_core.env_service`.
 
 Importing this package registers the built-in envs; those that need an optional extra (ALFWorld,
-ScienceWorld, BabyAI, BFCL) register too and say how to install it when built without it. The HTTP pieces
-(client, server) load on first use, so importing the package stays light.
+ScienceWorld, BabyAI, BFCL) register too and say how to install it when built without it.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from agentrl_core.envs.base import Env, StepResult
-from agentrl_core.envs.checker import check_env
+from agentrl_core.envs.env_checker import check_env
 from agentrl_core.envs.registry import env_class, make, names, register
 
 from agentrl_core.envs import alfworld as _alfworld  # noqa: F401,E402  (registers "alfworld"; needs the alfworld extra)
@@ -25,24 +23,4 @@ from agentrl_core.envs import sql as _sql  # noqa: F401,E402  (registers "sql")
 from agentrl_core.envs import textcraft as _textcraft  # noqa: F401,E402  (registers "textcraft")
 from agentrl_core.envs import webshop as _webshop  # noqa: F401,E402  (registers "webshop")
 
-_LAZY = {
-    "EnvClient": "agentrl_core.envs.client",
-    "RemoteEnv": "agentrl_core.envs.client",
-    "launch_server": "agentrl_core.envs.launcher",
-    "ServerProcess": "agentrl_core.envs.launcher",
-    "create_app": "agentrl_core.envs.server",
-}
-
-__all__ = [
-    "Env", "EnvClient", "RemoteEnv", "ServerProcess", "StepResult", "check_env", "create_app",
-    "env_class", "launch_server", "make", "names", "register",
-]
-
-
-def __getattr__(name: str) -> Any:
-    """Load the HTTP client/server modules on first access (PEP 562)."""
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agentrl_core.envs' has no attribute {name!r}")
+__all__ = ["Env", "StepResult", "check_env", "env_class", "make", "names", "register"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentrl_core.errors import EnvError, ResetNeededError, TaskNotFoundError, UnknownEnvError
+from agentrl_core.errors import EnvError, ResetNeededError, ServerStartError, TaskNotFoundError, UnknownEnvError
 
 __all__ = [
     "EnvCheckError",
@@ -50,10 +50,6 @@ class InvalidRequestError(EnvError, ValueError):
 
 class EnvServerError(EnvError, RuntimeError):
     """The environment raised an unexpected exception on the server (HTTP 500)."""
-
-
-class ServerStartError(EnvError, RuntimeError):
-    """The environment server subprocess failed to start."""
 
 
 class EnvCheckError(EnvError, AssertionError):

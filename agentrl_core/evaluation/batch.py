@@ -12,8 +12,8 @@ draws; seed 0 uses seeds 0 … k−1, as `evaluate_model` with EvalConfig(seed=0
 ignores the reset seed: its tasks are fixed by the task id.) A job whose every episode failed
 outside the model raises EvalJobFailed and records nothing, so an outage is retried, never scored.
 
-Engines (`agentrl_core.rollout.engines.make_engine`): "auto", "native" and "hf" load the checkpoint in this process;
-"vllm" loads it into vLLM (the GPU extra); "openai" talks to `engine.url` (any OpenAI-compatible
+Engines (`agentrl_core.rollout.engine_factory.make_engine`): "auto", "native" and "hf" load the checkpoint in
+this process; "vllm" loads it into vLLM (the GPU extra); "openai" talks to `engine.url` (any OpenAI-compatible
 server that serves the checkpoint under its URI as model name, e.g. vLLM started with
 `--model <uri>`) or, with no URL, starts agentrl's own server for each checkpoint and stops it
 after that checkpoint's jobs.
@@ -86,7 +86,7 @@ class EvalGrid(Section):
     """Parameter dtype of the loaded model (hf, vllm, and the server started for openai); a GPU wants bfloat16."""
     compute_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Matmul precision of an in-process engine (auto/native/hf): auto = this machine's measured choice
-    (agentrl_core.models.compute), as training uses."""
+    (agentrl_core.models.compute_settings), as training uses."""
     out_dir: Path | None = None
     """If set, each job's trajectories go to <out_dir>/<job slug>/trajectories.parquet."""
 
@@ -154,7 +154,7 @@ def fetch_s3(uri: str) -> Path:
     import hashlib
 
     from agentrl_core.checkpoints.storage import open_storage
-    from agentrl_core.models.store import agentrl_home
+    from agentrl_core.models.model_cache import agentrl_home
 
     cache = agentrl_home() / "checkpoints"
     dest = cache / hashlib.sha256(uri.encode()).hexdigest()[:20]
@@ -181,7 +181,7 @@ def plan_grid(grid: EvalGrid, registry: EvalRegistry) -> list[EvalJob]:
 def open_engine(grid: EvalGrid, checkpoint_uri: str) -> Iterator[tuple[Engine, Any]]:
     """(engine, tokenizer) for one checkpoint, built by `make_engine`; what it started ends on exit."""
     from agentrl_core.models import load_model, load_tokenizer, resolve_model
-    from agentrl_core.rollout.engines import make_engine
+    from agentrl_core.rollout.engine_factory import make_engine
 
     path = resolve_model(local_model_path(checkpoint_uri))
     tokenizer = load_tokenizer(path)
@@ -189,7 +189,7 @@ def open_engine(grid: EvalGrid, checkpoint_uri: str) -> Iterator[tuple[Engine, A
     if cfg.kind in ("auto", "native", "hf"):
         compute = grid.compute_dtype
         if compute == "auto":
-            from agentrl_core.models.compute import choose_compute_dtype
+            from agentrl_core.models.compute_settings import choose_compute_dtype
 
             compute = choose_compute_dtype(path).dtype
         yield make_engine(cfg, load_model(path, dtype=grid.dtype), tokenizer, autocast=compute), tokenizer
@@ -217,7 +217,7 @@ def _openai_url(grid: EvalGrid, checkpoint_uri: str, path: Path) -> Iterator[tup
 
     with launch_openai_server(path, served_model_name=checkpoint_uri, dtype=grid.dtype,
                               max_batch=grid.engine.max_batch or 32, threads=grid.server_threads) as server:
-        from agentrl_core.server_auth import server_token
+        from agentrl_core.web.auth import server_token
 
         yield server.url, server_token()  # the server requires the run's token, when there is one
 

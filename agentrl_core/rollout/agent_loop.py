@@ -10,7 +10,7 @@ from agentrl_core.config import SamplingConfig
 from agentrl_core.envs.base import Env
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.continuous import run_continuous
-from agentrl_core.rollout.engine import Engine, Generation
+from agentrl_core.rollout.generation import Engine, Generation
 from agentrl_core.rollout.episode import EpisodeSpec, LoopLimits, advance, Episode, finish_episode, open_episode
 from agentrl_core.rollout.trajectory import Trajectory
 

@@ -25,7 +25,7 @@ from agentrl_core.config import SamplingConfig
 from agentrl_core.envs.base import Env
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.episode import Episode, EpisodeSpec, LoopLimits, advance, finish_episode, open_episode
-from agentrl_core.rollout.native.engine import make_generator
+from agentrl_core.rollout.sampling_seeds import make_generator
 from agentrl_core.rollout.trajectory import Trajectory
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.invalid_action import INVALID_ACTION
 from agentrl_core.errors import AgentRLError
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout.engine import Generation
+from agentrl_core.rollout.generation import Generation
 from agentrl_core.rollout.trajectory import Trajectory, observation_key
 
 log = logging.getLogger(__name__)

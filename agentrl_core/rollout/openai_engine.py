@@ -30,7 +30,7 @@ import httpx
 
 from agentrl_core.config import SamplingConfig
 from agentrl_core.errors import AgentRLError
-from agentrl_core.rollout.engine import Generation
+from agentrl_core.rollout.generation import Generation
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from agentrl_core.rollout.episode import (
     close_quietly,
     finish_episode,
 )
-from agentrl_core.rollout.engine import Engine, Generation
+from agentrl_core.rollout.generation import Engine, Generation
 from agentrl_core.rollout.trajectory import Trajectory, observation_key
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from typing import Any
 
 from agentrl_core.config import EngineConfig, SamplingConfig
 from agentrl_core.errors import AgentRLError
-from agentrl_core.rollout.engine import Generation
+from agentrl_core.rollout.generation import Generation
 
 log = logging.getLogger(__name__)
 

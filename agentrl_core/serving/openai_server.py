@@ -12,10 +12,10 @@ it). Generation runs on ONE worker thread, so the model never runs two requests 
 event loop keeps answering. Errors are real status codes with OpenAI's body
 `{"error": {"message", "type", "param", "code"}}`.
 
-Access (server_auth.py): with an API key (the AGENTRL_OPENAI_API_KEY environment variable, or
+Access (web/auth.py): with an API key (the AGENTRL_OPENAI_API_KEY environment variable, or
 `--api-key`) or a server token (AGENTRL_SERVER_TOKEN, as a run starts it), every route but /health
 requires `Authorization: Bearer <key or token>`, either one accepted; with neither it is open on
-loopback. Request bodies are capped (http_limits.py) at what PROMPTS_PER_REQUEST prompts filling
+loopback. Request bodies are capped (web/body_limit.py) at what PROMPTS_PER_REQUEST prompts filling
 the model's context take, 413 beyond.
 
 Run: `python -m agentrl_core.serving.openai_server --model smollm2-135m-instruct --port 8000`.
@@ -35,23 +35,22 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentrl_core.config import SamplingConfig
 from agentrl_core.errors import AgentRLError
-from agentrl_core.http_limits import MIB, BodyLimit, BodySizeLimit
-from agentrl_core.rollout.engine import Engine, Generation
-from agentrl_core.server_auth import RUN_TOKEN, BearerAuth
+from agentrl_core.rollout.generation import Engine, Generation
+from agentrl_core.web.auth import RUN_TOKEN, protect
+from agentrl_core.web.body_limit import MIB, BodyLimit, BodySizeLimit
+from agentrl_core.web.error_bodies import ErrorKinds, install_error_handlers, validation_message
 
 if TYPE_CHECKING:
-    from agentrl_core.envs.launcher import ServerProcess
+    from agentrl_core.web.server_process import ServerProcess
 
 log = logging.getLogger(__name__)
 
@@ -308,8 +307,15 @@ def _error(status: int, message: str, type: str, code: str | None = None, param:
     return JSONResponse(body, status_code=status)
 
 
+def _respond(status: int, kind: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """web.error_bodies' generic kinds in OpenAI's shape: the kind is the code, "server_error" the type of a 500."""
+    if kind == "server_error":
+        return _error(status, message, "server_error")
+    return _error(status, message, "invalid_request_error", kind or None)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
-    """Every failure is a real status code with OpenAI's error body; bad input is a 400."""
+    """Every failure is a real status code with OpenAI's error body; bad input is a 400 naming the parameter."""
 
     async def api_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, OpenAIAPIError)
@@ -318,23 +324,13 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def invalid(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         errs = exc.errors()
-        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg', '')}" for e in errs]
         param = ".".join(str(p) for p in errs[0].get("loc", ()) if p != "body") if errs else None
-        return _error(400, "; ".join(parts) or "invalid request", "invalid_request_error", "invalid_value", param)
+        return _error(400, validation_message(exc, skip=("body",)), "invalid_request_error", "invalid_value", param)
 
-    async def http_error(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        code = {404: "not_found", 413: "request_too_large"}.get(exc.status_code)
-        return _error(exc.status_code, str(exc.detail), "invalid_request_error", code)
-
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected server error")
-        return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
-
-    app.add_exception_handler(OpenAIAPIError, api_error)
-    app.add_exception_handler(RequestValidationError, invalid)
-    app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(Exception, unexpected)
+    kinds = ErrorKinds(invalid="invalid_value", unexpected="server_error",
+                       http={404: "not_found", 413: "request_too_large"}, http_other="", invalid_status=400)
+    install_error_handlers(app, _respond, kinds, log=log, own=[(OpenAIAPIError, api_error),
+                                                               (RequestValidationError, invalid)])
 
 
 def create_app(engine: Engine, tokenizer: Any, model_name: str, *, max_context: int = 8192,
@@ -357,9 +353,9 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, *, max_context: 
     app = FastAPI(title="agentrl OpenAI-compatible server", lifespan=lifespan)
     limit = body_limit or BodyLimit.resolve(default_body_bytes(max_context), MAX_BODY_ENV)
     app.add_middleware(BodySizeLimit, limit=limit, error_body=_too_large_body)  # never read a 300 MB prompt whole
-    if api_key:
-        app.add_middleware(BearerAuth, tokens=(api_key,), error_body=_unauthorized_body,
-                           accepted=_accepted(True, False))
+    if api_key:  # the one bearer check every agentrl server uses (web.auth)
+        protect(app, "127.0.0.1", tokens=(api_key,), error_body=_unauthorized_body, what="OpenAI server",
+                accepted=_accepted(True, False))
     _install_error_handlers(app)
 
     @app.get("/health")
@@ -401,15 +397,15 @@ def serve_openai(
     with neither it is open on loopback, and refused beyond unless `allow_unauthenticated`. Bodies
     over `max_body_mb` (default: `default_body_bytes` of the model's context) get 413.
     """
-    from agentrl_core.server_auth import check_bind, server_token, server_tokens
+    from agentrl_core.web.auth import check_bind, server_token, server_tokens
 
     tokens = server_tokens(api_key)
     check_bind(host, tokens[0] if tokens else None, allow_unauthenticated=allow_unauthenticated, what="OpenAI server")
     import torch
 
-    from agentrl_core.envs.server import run_app
     from agentrl_core.models import load_model, load_tokenizer, resolve_model
-    from agentrl_core.rollout.engine import HFEngine
+    from agentrl_core.rollout.hf_engine import HFEngine
+    from agentrl_core.web.app_runner import run_app
 
     if threads:
         torch.set_num_threads(threads)
@@ -427,17 +423,17 @@ def serve_openai(
 
 
 def _unauthorized_body(message: str) -> dict[str, Any]:
-    """OpenAI's error shape for the bearer-token check of server_auth.BearerAuth."""
+    """OpenAI's error shape for the bearer-token check of web.auth.BearerAuth."""
     return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
 
 
 def _too_large_body(message: str) -> dict[str, Any]:
-    """OpenAI's error shape for a body refused by http_limits.BodySizeLimit before it is read."""
+    """OpenAI's error shape for a body refused by web.body_limit.BodySizeLimit before it is read."""
     return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "request_too_large"}}
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    from agentrl_core.envs.server import add_server_args
+    from agentrl_core.web.app_runner import add_server_args
 
     p = add_server_args(argparse.ArgumentParser(prog="python -m agentrl_core.serving.openai_server",
                                                 description="Serve a model over an OpenAI-compatible HTTP API."))
@@ -452,10 +448,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; a model that cannot be found or a taken port exits with code 2."""
-    from agentrl_core.envs.server import start_server_process
+    from agentrl_core.web.app_runner import init_server_process
 
     args = _parse_args(argv)
-    start_server_process(args)
+    init_server_process(args)
     try:
         serve_openai(args.model, args.host, args.port, served_model_name=args.served_model_name,
                      api_key=args.api_key or os.environ.get(API_KEY_ENV) or None, dtype=args.dtype,
@@ -483,44 +479,21 @@ def launch_openai_server(
 ) -> ServerProcess:
     """Start `python -m agentrl_core.serving.openai_server` and wait until /health answers.
 
-    Returns the env launcher's `ServerProcess` handle (`.url` without /v1, `.stop()`, a context
+    Returns a `web.server_process.ServerProcess` handle (`.url` without /v1, `.stop()`, a context
     manager; stopped too if dropped or when this interpreter exits). The API key travels in the
     child's environment, never on its command line; so does this process's AGENTRL_SERVER_TOKEN,
     which the server then requires too (inside `run_token()`, as a run starts it: send it as the
-    engine's API key, `server_auth.server_token()`).
+    engine's API key, `web.auth.server_token()`).
     """
-    import subprocess
-    import tempfile
+    from agentrl_core.web.server_process import spawn_server
 
-    from agentrl_core.envs.launcher import ServerProcess
-    from agentrl_core.lifetime import CHILD_SESSION
-
-    workdir = tempfile.mkdtemp(prefix="agentrl-openai-")
-    port_file = Path(workdir) / "port"
     name = served_model_name or os.fspath(model)
-    cmd = [sys.executable, "-m", "agentrl_core.serving.openai_server", "--model", os.fspath(model),
-           "--served-model-name", name, "--host", host, "--port", str(port or 0), "--dtype", dtype,
-           "--max-batch", str(max_batch), "--log-level", log_level, "--port-file", str(port_file),
-           "--parent-pid", str(os.getpid())]
+    args = ["--model", os.fspath(model), "--served-model-name", name, "--dtype", dtype, "--max-batch", str(max_batch),
+            "--log-level", log_level]
     if threads:
-        cmd += ["--threads", str(threads)]
-    root = str(Path(__file__).resolve().parents[2])  # importable from a checkout that is not installed
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    env.pop(API_KEY_ENV, None)
-    if api_key:
-        env[API_KEY_ENV] = api_key
-    with open(Path(workdir) / "server.log", "wb") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                **CHILD_SESSION)  # out of the terminal's signals; it watches its parent
-    server = ServerProcess(proc, host, workdir)
-    try:
-        server.wait_ready(port_file, port or 0, startup_timeout, what="the OpenAI server",
-                          error=OpenAIServerStartError)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
+        args += ["--threads", str(threads)]
+    return spawn_server("agentrl_core.serving.openai_server", args, what="the OpenAI server", host=host, port=port,
+                        startup_timeout=startup_timeout, error=OpenAIServerStartError, env={API_KEY_ENV: api_key})
 
 if __name__ == "__main__":
     sys.exit(main())

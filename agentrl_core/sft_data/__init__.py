@@ -1,11 +1,11 @@
 """SFT datasets: chat conversations as trainable trajectories, ReAct/ADaPT formats, converters, packing."""
 
-from agentrl_core.sft_data.chat import (
+from agentrl_core.sft_data.chat_trajectory import (
     conversation_to_trajectory,
     conversations_to_trajectories,
     validate_messages,
 )
-from agentrl_core.sft_data.convert import (
+from agentrl_core.sft_data.conversations import (
     agentgym_to_conversation,
     keep_for_sft,
     load_sft_dataset,

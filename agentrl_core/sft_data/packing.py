@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from agentrl_core.models import precision
+from agentrl_core.models import mixed_precision
 from agentrl_core.rollout.trajectory import Trajectory
 
 _DENSE_MASK_ATTN = ("eager", "sdpa")
@@ -118,13 +118,13 @@ def packed_logprobs(model: Any, batch: PackedBatch, *, autocast: str = "float32"
     dtype = next(model.parameters()).dtype
     mask = batch.attention_mask  # rebuilt in the model's dtype so `min` is that dtype's own minimum
     mask = (mask if mask.dtype == dtype else block_causal_mask(batch.segment_ids, dtype)).to(device)
-    with precision.autocast(model, autocast):
+    with mixed_precision.autocast(model, autocast):
         hidden = model.base_model(input_ids=batch.input_ids.to(device), attention_mask=mask,
                                   position_ids=batch.position_ids.to(device)).last_hidden_state
     sel = batch.target_mask.to(device).bool()
     h = hidden[:, :-1][sel]
     targets = batch.input_ids[:, 1:].to(device)[sel]
-    with precision.autocast(model, autocast):
+    with mixed_precision.autocast(model, autocast):
         logits = model.get_output_embeddings()(h)
     logits = logits.float()
     lp = logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)

@@ -3,7 +3,7 @@
 from agentrl_core.store.errors import RegistryError
 from agentrl_core.store.metrics_import import import_stage_metrics
 from agentrl_core.store.records import CheckpointRecord, EvalRecord, MetricRecord, RunRecord, StageRecord
-from agentrl_core.store.registry import Registry, open_registry
+from agentrl_core.store.run_registry import Registry, open_registry
 from agentrl_core.store.urls import redact_url
 
 __all__ = [

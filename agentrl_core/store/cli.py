@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from agentrl_core.store.errors import RegistryError
-from agentrl_core.store.registry import Registry, open_registry
+from agentrl_core.store.run_registry import Registry, open_registry
 
 
 def _show(reg: Registry) -> None:

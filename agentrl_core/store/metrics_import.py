@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrl_core.store.registry import Registry
-from agentrl_core.training.metrics import METRICS_FILE, read_metrics
+from agentrl_core.store.run_registry import Registry
+from agentrl_core.training.metrics_log import METRICS_FILE, read_metrics
 
 _NOT_METRICS = ("step", "time")
 

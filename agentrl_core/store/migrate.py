@@ -45,7 +45,7 @@ def current_revision(engine: Engine) -> str | None:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the database to `revision` in one transaction; a database already there is left alone.
 
-    SQLite transactions start with BEGIN IMMEDIATE (see `engine.py`) and PostgreSQL takes an
+    SQLite transactions start with BEGIN IMMEDIATE (see `database.py`) and PostgreSQL takes an
     advisory lock, so two processes opening a fresh database at once migrate it once.
     """
     from alembic import command

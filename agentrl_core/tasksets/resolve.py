@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from agentrl_core.tasksets.ranges import select_ids
 
 if TYPE_CHECKING:
-    from agentrl_core.envs.client import EnvClient
+    from agentrl_core.env_service.client import EnvClient
 
 SPLITS = ("train", "test")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentrl_core.envs.client import EnvClient
+    from agentrl_core.env_service.client import EnvClient
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "extra_info")
 """Columns every readable file must have."""

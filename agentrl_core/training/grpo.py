@@ -12,18 +12,18 @@ import torch
 from agentrl_core.atomic_file import write_text_atomic
 from agentrl_core.config import RecipeConfig
 from agentrl_core.errors import ConfigError
-from agentrl_core.envs import EnvClient, RemoteEnv
+from agentrl_core.env_service import EnvClient, RemoteEnv
 from agentrl_core.experience.launcher import experience_for
 from agentrl_core.experience.rollout_hooks import experience_after_rollout
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.models.compute import resolve_compute_settings
+from agentrl_core.models.compute_settings import resolve_compute_settings
 from agentrl_core.rollout import write_trajectories
-from agentrl_core.rollout.engine import Engine
-from agentrl_core.rollout.engines import make_engine
+from agentrl_core.rollout.generation import Engine
+from agentrl_core.rollout.engine_factory import make_engine
 from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.training.memory_plan import apply_plan, check_peak, memory_plan_for, peak_resident_bytes
 from agentrl_core.training.policy_update import policy_update
-from agentrl_core.training.rollout_batch import rollout_batch, rollout_metrics
+from agentrl_core.rollout.grpo_rollout import rollout_batch, rollout_metrics
 from agentrl_core.training.session import StageResult, StepCallback, TrainingSession, open_session
 from agentrl_core.training.step_context import reference_model, update_context
 from agentrl_core.training.timing import timed

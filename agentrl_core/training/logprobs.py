@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import torch
 
-from agentrl_core.models import precision
+from agentrl_core.models import mixed_precision
 
 
 @dataclass
@@ -41,7 +41,7 @@ def token_logprobs(
 
         h = shared_hidden_at(model, input_ids.to(device), attention_mask.to(device), sel, prefixes, autocast)
     else:
-        with precision.autocast(model, autocast):
+        with mixed_precision.autocast(model, autocast):
             hidden = model.base_model(input_ids=input_ids.to(device),
                                       attention_mask=attention_mask.to(device)).last_hidden_state
         h = hidden[:, :-1][sel]
@@ -49,7 +49,7 @@ def token_logprobs(
     head = model.get_output_embeddings()
 
     def logits_of(start: int) -> torch.Tensor:
-        with precision.autocast(model, autocast):
+        with mixed_precision.autocast(model, autocast):
             return head(h[start:start + chunk])
     return _stats(sel, targets, h.shape[0], logits_of, temperature, with_entropy, chunk)
 
@@ -78,7 +78,7 @@ def _wrapped_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch
     device = next(model.parameters()).device
     sel = target_mask.to(device).bool()
     keep = torch.nn.functional.pad(sel, (0, 1))  # [B, L]: hidden state t predicts y_{t+1}; the last predicts nothing
-    with precision.autocast(model, autocast):
+    with mixed_precision.autocast(model, autocast):
         out = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), logits_to_keep=keep,
                     use_cache=False)
     z = out.logits

@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.errors import ConfigError
-from agentrl_core.hardware import available_bytes, peak_resident_bytes, resident_bytes
+from agentrl_core.machine_info import available_bytes, peak_resident_bytes, resident_bytes
 
 log = logging.getLogger(__name__)
 

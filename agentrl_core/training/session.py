@@ -43,7 +43,7 @@ from agentrl_core.models.lora import (
     wrap_lora,
 )
 from agentrl_core.training.backends import TorchBackend, TrainBackend, build_backend
-from agentrl_core.training.metrics import MetricsWriter
+from agentrl_core.training.metrics_log import MetricsWriter
 from agentrl_core.training.optim import build_optimizer
 
 log = logging.getLogger(__name__)

@@ -9,11 +9,11 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from agentrl_core.config import RecipeConfig
-from agentrl_core.envs import EnvClient, RemoteEnv
+from agentrl_core.env_service import EnvClient, RemoteEnv
 from agentrl_core.errors import ConfigError
 from agentrl_core.models import load_tokenizer
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.models.compute import resolve_compute_settings
+from agentrl_core.models.compute_settings import resolve_compute_settings
 from agentrl_core.rollout import (
     Trajectory,
     collect_demos,

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from agentrl_core.models import precision
+from agentrl_core.models import mixed_precision
 from agentrl_core.rollout.trajectory import Trajectory
 
 MIN_SHARED = 16
@@ -123,7 +123,7 @@ def group_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tens
     rows = torch.tensor(group.rows, device=input_ids.device)
     p = group.length
     ids, mask = input_ids.index_select(0, rows), attention_mask.index_select(0, rows)
-    with precision.autocast(model, autocast):
+    with mixed_precision.autocast(model, autocast):
         cache = _prefix_cache(base, ids[:1, :p], len(group.rows))
         positions = torch.arange(p, ids.shape[1], device=ids.device).expand(len(group.rows), -1)
         out = base(input_ids=ids[:, p:], attention_mask=mask, position_ids=positions, use_cache=True,
@@ -141,7 +141,7 @@ def shared_hidden_at(model: Any, input_ids: torch.Tensor, attention_mask: torch.
     parts = [(g.rows, g.length, group_hidden(model, input_ids, attention_mask, g, autocast)) for g in groups if g.length]
     if plain:
         rows = torch.tensor(plain, device=input_ids.device)
-        with precision.autocast(model, autocast):
+        with mixed_precision.autocast(model, autocast):
             hidden = model.base_model(input_ids=input_ids.index_select(0, rows),
                                       attention_mask=attention_mask.index_select(0, rows)).last_hidden_state
         parts.append((tuple(plain), 0, hidden))

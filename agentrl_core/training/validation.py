@@ -19,7 +19,7 @@ from typing import Any
 
 from agentrl_core.atomic_file import write_text_atomic
 from agentrl_core.config import RecipeConfig
-from agentrl_core.envs import EnvClient
+from agentrl_core.env_service import EnvClient
 from agentrl_core.errors import ConfigError
 from agentrl_core.evaluation.metrics import summarize
 from agentrl_core.evaluation.runner import episode_results, play_eval_episodes

@@ -20,7 +20,6 @@ from __future__ import annotations
 import enum
 import math
 import os
-import socket
 import sys
 import types
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from agentrl_core.web.ports import free_port
 from tests.checkpoints.conftest import tiny_config as base_tiny_config
 
 VOCAB = 256
@@ -74,11 +74,6 @@ def model_from(config: LlamaConfig, state: dict[str, torch.Tensor]) -> LlamaForC
 def logits_of(model) -> torch.Tensor:
     return model(input_ids=INPUT_IDS).logits
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _worker(rank: int, port: int, root: str, cases: list[str]) -> None:
@@ -129,7 +124,7 @@ def build_distributed(root: Path, cases: list[str]) -> None:
         torch.save(LlamaForCausalLM(config).state_dict(), out / "init.pt")
         config.save_pretrained(actor / "huggingface")  # what verl's rank 0 writes
         tiny_tokenizer().save_pretrained(actor / "huggingface")
-    mp.spawn(_worker, args=(_free_port(), str(root), cases), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(root), cases), nprocs=WORLD, join=True)
 
 
 # ---- DeepSpeed ZeRO layout, written by hand -------------------------------------------------

@@ -18,7 +18,7 @@ from agentrl_core.checkpoints import load_checkpoint, resolve_resume, save_check
 from agentrl_core.errors import DiskFullError
 from agentrl_core.rollout import Trajectory, write_trajectories
 from agentrl_core.store import open_registry
-from agentrl_core.training.metrics import MetricsWriter, read_metrics
+from agentrl_core.training.metrics_log import MetricsWriter, read_metrics
 
 SIZE = "16m"
 CHUNK = 1 << 20

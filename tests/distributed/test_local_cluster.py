@@ -20,6 +20,7 @@ import pytest
 
 from agentrl_core.distributed import local_cluster as lc
 from agentrl_core.errors import ConfigError
+from agentrl_core.web.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +81,7 @@ def _driver_env() -> dict[str, str]:
 
 def _drive(model: Path, root: Path, record: lc.ClusterState, *kill: str) -> tuple[int, str, dict | None]:
     """A 3-step run on the cluster from a process of its own (kill: step and role whose raylet dies after it)."""
-    run = subprocess.run([sys.executable, str(ROOT / "tests/distributed/cluster_driver.py"), str(model), str(root),
+    run = subprocess.run([sys.executable, str(ROOT / "bench/cluster_driver.py"), str(model), str(root),
                           record.address, record.token_file, "3", *kill],
                          env=_driver_env(), text=True, capture_output=True, timeout=900, check=False)
     lines = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
@@ -96,7 +97,7 @@ def test_a_run_on_a_cluster_is_placed_by_resources_keeps_strangers_out_and_survi
     pytest.importorskip("ray")
     state = tmp_path / "cluster"
     nodes = [lc.NodeSpec("trainer", 1), lc.NodeSpec("rollout", 1), lc.NodeSpec("rollout", 1)]
-    record = lc.start(state, nodes, port=lc.free_port())
+    record = lc.start(state, nodes, port=free_port())
     try:
         assert stat.S_IMODE(state.stat().st_mode) == 0o700 and len(record.nodes) == 4
         assert stat.S_IMODE(Path(record.token_file).stat().st_mode) == 0o600

@@ -42,7 +42,7 @@ TRAINS = ("trainer.optim.lr=0.05", "algorithm.entropy_coef=0.01")
 @pytest.fixture(scope="module")
 def env_server_url():
     """A real env server with countdown only, on 127.0.0.1, stopped after this module."""
-    from agentrl_core.envs import launch_server
+    from agentrl_core.env_service import launch_server
 
     with launch_server(["countdown"], startup_timeout=120) as server:
         yield server.url

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import pytest
 
-from agentrl_core.envs import EnvClient, ServerProcess, launch_server
+from agentrl_core.env_service import EnvClient, ServerProcess, launch_server
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentrl_core.envs import Env, make
-from agentrl_core.envs.checker import check_step_result
+from agentrl_core.envs.env_checker import check_step_result
 from tests.envs.conftest import every_env
 from tests.fuzzing import Tally, fuzz_settings, model_text
 

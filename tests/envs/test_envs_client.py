@@ -8,7 +8,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from agentrl_core.envs import EnvClient, RemoteEnv, StepResult, create_app
+from agentrl_core.env_service import EnvClient, RemoteEnv, create_app
+from agentrl_core.envs import StepResult
 from agentrl_core.envs.errors import (
     EnvError,
     EnvServerError,

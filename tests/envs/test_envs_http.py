@@ -10,7 +10,8 @@ import pytest
 
 from tests.envs.conftest import every_env
 
-from agentrl_core.envs import EnvClient, RemoteEnv, ServerProcess, check_env, launch_server
+from agentrl_core.envs import check_env
+from agentrl_core.env_service import EnvClient, RemoteEnv, ServerProcess, launch_server
 from agentrl_core.envs.errors import EnvServerUnavailable, ServerStartError
 
 

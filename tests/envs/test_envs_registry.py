@@ -8,6 +8,7 @@ import pytest
 
 from tests.envs.conftest import every_env
 
+import agentrl_core.env_service as env_service
 import agentrl_core.envs as envs
 from agentrl_core.envs import Env, env_class, make, names, register
 from agentrl_core.envs.countdown import Countdown
@@ -70,11 +71,14 @@ def test_register_rejects_clashes_and_nameless_classes() -> None:
 
 
 def test_package_exports() -> None:
-    for name in ("Env", "StepResult", "make", "names", "register", "env_class", "check_env",
-                 "EnvClient", "RemoteEnv", "launch_server", "ServerProcess"):
+    for name in ("Env", "StepResult", "make", "names", "register", "env_class", "check_env"):
         assert getattr(envs, name) is not None
     with pytest.raises(AttributeError):
         envs.no_such_thing  # noqa: B018
+    for name in ("EnvClient", "RemoteEnv", "launch_server", "ServerProcess", "create_app"):  # the service's, lazily
+        assert getattr(env_service, name) is not None
+    with pytest.raises(AttributeError):
+        env_service.no_such_thing  # noqa: B018
 
 
 def test_versioned_ids_name_the_same_class() -> None:

@@ -10,9 +10,9 @@ from typing import Any, Iterator, Sequence
 import pytest
 from fastapi.testclient import TestClient
 
+from agentrl_core.env_service.server import _parse_args, create_app
 from agentrl_core.envs import registry
 from agentrl_core.envs.base import Env, StepResult
-from agentrl_core.envs.server import _parse_args, create_app
 
 HOSTED = ["countdown", "household", "math"]
 

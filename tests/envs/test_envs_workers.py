@@ -11,9 +11,9 @@ from typing import Any, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from agentrl_core.env_service.server import create_app
+from agentrl_core.env_service.server_metrics import quantile
 from agentrl_core.envs import registry
-from agentrl_core.envs.server import create_app
-from agentrl_core.envs.server_metrics import quantile
 from agentrl_core.errors import MissingExtraError
 from tests.envs.test_envs_server import Boom, assert_error
 
@@ -128,7 +128,7 @@ def test_metrics_report_load(api: TestClient) -> None:
 
 def test_step_rate_is_not_capped_by_the_kept_window() -> None:
     """2,000 steps/s for 10 s with 10,000 finish times kept: the rate is 2,000, not 10,000 / 10 s = 1,000."""
-    from agentrl_core.envs.server_metrics import StepStats
+    from agentrl_core.env_service.server_metrics import StepStats
 
     now = [0.0]
     stats = StepStats(window=10_000, rate_window_s=10.0, clock=lambda: now[0])

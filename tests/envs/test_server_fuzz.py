@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from agentrl_core.envs import ServerProcess, launch_server
+from agentrl_core.env_service import ServerProcess, launch_server
 from tests.fuzzing import Tally, fuzz_settings, json_values, model_text
 
 ENVS = {"household": "A", "countdown": "A", "webshop": "B", "sql": "B"}
@@ -220,7 +220,7 @@ def _close_what_it_opened(http: httpx.Client, request: dict, response: httpx.Res
 
 
 def test_a_body_over_the_limit_is_a_413_whether_declared_or_chunked(server: ServerProcess) -> None:
-    from agentrl_core.envs.server import MAX_BODY_BYTES
+    from agentrl_core.env_service.server import MAX_BODY_BYTES
 
     huge = json.dumps({"action": "x" * MAX_BODY_BYTES}).encode()
     with httpx.Client(base_url=server.url, timeout=REQUEST_TIMEOUT_S) as http:

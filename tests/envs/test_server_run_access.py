@@ -9,10 +9,10 @@ from typing import Iterator
 import httpx
 import pytest
 
-from agentrl_core.envs import ServerProcess, launch_server
-from agentrl_core.envs.client import EnvClient
-from agentrl_core.envs.server import MAX_BODY_ENV
-from agentrl_core.server_auth import TOKEN_ENV, run_token
+from agentrl_core.env_service import ServerProcess, launch_server
+from agentrl_core.env_service.client import EnvClient
+from agentrl_core.env_service.server import MAX_BODY_ENV
+from agentrl_core.web.auth import TOKEN_ENV, run_token
 
 LIMIT = 256 << 10
 """The body cap this server is started with, through its environment variable (as a run would raise it)."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agentrl_core.config import EngineConfig, SamplingConfig
-from agentrl_core.envs import launch_server
+from agentrl_core.env_service import launch_server
 from agentrl_core.envs.countdown import FORMAT_REWARD, solve
 from agentrl_core.evaluation.batch import (
     EvalGrid,

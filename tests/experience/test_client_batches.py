@@ -4,8 +4,8 @@ outgrows the pool's body limit however many trajectories a step has."""
 from __future__ import annotations
 
 from agentrl_core.experience.client import MAX_REQUEST_BYTES, request_batches
+from agentrl_core.experience.pool_api import ExperienceIn
 from agentrl_core.experience.service import MAX_BODY_BYTES
-from agentrl_core.experience.wire import ExperienceIn
 
 
 def _item(i: int, chars: int) -> ExperienceIn:

@@ -14,7 +14,7 @@ from agentrl_core.experience.errors import ExperienceRequestError, ExperienceSta
 from agentrl_core.experience.launcher import launch_experience_pool
 from agentrl_core.experience.service import MAX_BODY_ENV
 from agentrl_core.experience.summarise import ExperienceRecord
-from agentrl_core.server_auth import TOKEN_ENV, run_token
+from agentrl_core.web.auth import TOKEN_ENV, run_token
 
 
 def episode(task: str, actions: list[str], success: bool, task_id: int = 0) -> dict:

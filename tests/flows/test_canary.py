@@ -66,13 +66,14 @@ def test_cli_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_p
 
 
 def test_deployment_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_path):
-    from tests.flows.test_deployment import PREFECT, _free_port, _prefect, _stop, _wait_healthy, prefect_env
+    from agentrl_core.web.ports import free_port
+    from tests.flows.test_deployment import PREFECT, _prefect, _stop, _wait_healthy, prefect_env
 
-    from agentrl_core.envs import launch_server
+    from agentrl_core.env_service import launch_server
 
     root, home = tmp_path / "runs", tmp_path / "prefect-home"
     home.mkdir()
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = prefect_env(home, api, OMP_NUM_THREADS="1")
     with launch_server(["household"]) as env_server:  # env.url: a running server, reached with a credential-bearing URL

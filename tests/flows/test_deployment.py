@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,16 +16,12 @@ import httpx
 import pytest
 
 from agentrl_core.store import open_registry
+from agentrl_core.web.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 pytestmark = pytest.mark.slow
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _prefect(env: dict, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -69,7 +64,7 @@ def prefect_env(home, api_url: str, **extra: str) -> dict[str, str]:
 def stack(tmp_path_factory):
     """A Prefect server on 127.0.0.1, the `local` process pool, `prefect deploy --all` and a worker."""
     home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = prefect_env(home, url, PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2")
     logs = [open(home / "server.log", "w"), open(home / "worker.log", "w")]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentrl_core.web.ports import free_port
 from tests.browser import CHROMIUM, Browser
 from tests.flows.conftest import tiny_overrides
 
@@ -26,11 +26,6 @@ FAST = ["sft.enabled=false", "env.train_tasks=8", "env.test_tasks=1"]
 MODELS = ["base", "grpo"]
 ARTIFACT_KEYS = {"evaluation", "run-summary", "checkpoint-grpo", "grpo-progress"}
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_healthy(api: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
@@ -51,7 +46,7 @@ def _wait_healthy(api: str, proc: subprocess.Popen, log: Path, timeout: float = 
 def server(tmp_path_factory):
     """A real Prefect server with the v1 UI (no outside requests) on a free 127.0.0.1 port; yields (ui, env)."""
     home = tmp_path_factory.mktemp("prefect-ui-home")
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(home), PREFECT_API_URL=f"http://127.0.0.1:{port}/api", DO_NOT_TRACK="1",
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_UI_V2_ENABLED="false",

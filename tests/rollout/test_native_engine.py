@@ -10,13 +10,14 @@ import torch
 from agentrl_core.config import EngineConfig, SamplingConfig
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.models.compute import bf16_support
-from agentrl_core.rollout.engine import HFEngine
-from agentrl_core.rollout.engines import make_engine, resolve_kind
-from agentrl_core.rollout.native import NativeEngine, make_generator, native_support
+from agentrl_core.models.compute_settings import bf16_support
+from agentrl_core.rollout.engine_factory import make_engine, resolve_kind
+from agentrl_core.rollout.hf_engine import HFEngine
+from agentrl_core.rollout.native import NativeEngine, native_support
 from agentrl_core.rollout.native.engine import default_kv_cache_mb
 from agentrl_core.rollout.native.sampler import SamplingParams, filter_logits, sample_rows
 from agentrl_core.rollout.native.scheduler import common_prefix
+from agentrl_core.rollout.sampling_seeds import make_generator
 from agentrl_core.training.logprobs import token_logprobs
 
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=24)
@@ -92,7 +93,7 @@ def test_logprobs_match_the_trainer_forward(real):
 
 def _teacher_forced(model, ids: list[int], mode: str) -> torch.Tensor:
     """transformers' own logits [T, vocab] for `ids` in one forward, under `mode` autocast (float32: none)."""
-    from agentrl_core.models.precision import autocast
+    from agentrl_core.models.mixed_precision import autocast
 
     with torch.no_grad(), autocast(model, mode):
         return model(input_ids=torch.tensor([ids])).logits[0].float()
@@ -260,8 +261,8 @@ def test_sleep_gives_the_memory_back_and_generation_goes_on(tiny):
 def test_prepacked_and_plain_weights_give_the_same_logits(tiny, kind):
     from transformers import AutoModelForCausalLM
 
+    from agentrl_core.rollout.native.compute_weights import snapshot
     from agentrl_core.rollout.native.forward import Segment
-    from agentrl_core.rollout.native.weights import snapshot
 
     _, tok, chat = tiny
     torch.manual_seed(0)

@@ -162,7 +162,7 @@ def test_replay_reproduces_the_recorded_observations(chat, plan):
 
 
 def test_the_retry_replays_through_the_env_server(chat, plan, env_server_url):
-    from agentrl_core.envs import EnvClient, RemoteEnv
+    from agentrl_core.env_service import EnvClient, RemoteEnv
 
     with EnvClient(env_server_url, timeout=30) as client:
         trajs = run(chat, ScriptedAgent(chat, plan, reflection_text(1)), factory=lambda: RemoteEnv(client, "household"))

@@ -22,10 +22,10 @@ from agentrl_core.rollout import (
     run_episodes,
     write_trajectories,
 )
+from agentrl_core.rollout.grpo_rollout import invalid_action_rate
 from agentrl_core.rollout.native import NativeEngine
 from agentrl_core.rollout.trajectory import observation_key
 from agentrl_core.training.action_diversity import action_diversity
-from agentrl_core.training.rollout_batch import invalid_action_rate
 from tests.rollout.scripted import BAD, expert_plan, group_scripts, play_group
 
 

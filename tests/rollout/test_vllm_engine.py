@@ -17,7 +17,7 @@ from agentrl_core.config import EngineConfig, SamplingConfig
 from agentrl_core.errors import ConfigError
 from agentrl_core.rollout import HFEngine, OpenAIEngine
 from agentrl_core.rollout import vllm_engine as ve
-from agentrl_core.rollout.engines import make_engine
+from agentrl_core.rollout.engine_factory import make_engine
 
 EOS, EOT = 2, 7
 

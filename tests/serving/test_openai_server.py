@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.rollout import HFEngine
-from agentrl_core.server_auth import TOKEN_ENV, run_token
 from agentrl_core.serving import create_app, launch_openai_server
 from agentrl_core.serving.openai_server import MAX_BODY_ENV, default_body_bytes
+from agentrl_core.web.auth import TOKEN_ENV, run_token
 
 MODEL = "smollm2-135m-instruct"
 

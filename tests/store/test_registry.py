@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 
 from agentrl_core.store import EvalRecord, RegistryError, import_stage_metrics, open_registry, redact_url
 from agentrl_core.store.migrate import alembic_config, head_revision, upgrade
-from agentrl_core.training.metrics import MetricsWriter
+from agentrl_core.training.metrics_log import MetricsWriter
 from tests.store.roundtrip import exercise_core_api
 
 REPO = Path(__file__).resolve().parents[2]

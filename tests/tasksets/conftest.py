@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentrl_core.envs import launch_server
-from agentrl_core.envs.client import EnvClient
+from agentrl_core.env_service import launch_server
+from agentrl_core.env_service.client import EnvClient
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from agentrl_core.training.metrics import MetricsWriter, read_metrics
+from agentrl_core.training.metrics_log import MetricsWriter, read_metrics
 
 
 def tb_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:

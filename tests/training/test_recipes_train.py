@@ -57,7 +57,7 @@ def test_the_grid_differs_only_in_the_algorithm_section() -> None:
 
 def test_dynamic_sampling_drops_flat_groups_and_refills(monkeypatch: pytest.MonkeyPatch) -> None:
     from agentrl_core.rollout import Trajectory
-    from agentrl_core.training import rollout_batch as grpo
+    from agentrl_core.rollout import grpo_rollout as grpo
 
     def traj(group: int, reward: float) -> Trajectory:
         return Trajectory(task_id=group, env="countdown", group=group, sample=0, token_ids=[1, 2, 3],

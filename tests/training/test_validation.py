@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentrl_core.checkpoints import export_hf
-from agentrl_core.envs import EnvClient
+from agentrl_core.env_service import EnvClient
 from agentrl_core.recipes import load_recipe
 from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.training.grpo import train_grpo

@@ -36,7 +36,7 @@ from agentrl_core.envs.alfworld.gamefile import (
 from agentrl_core.envs.alfworld.pddl import LIBRARY_KEYS, goal_sentence, problem_text
 from agentrl_core.envs.alfworld.scene import Difficulty, Scene, draw_scene, scene_key, task_type_of
 from agentrl_core.errors import TaskNotFoundError
-from agentrl_core.models.store import agentrl_home
+from agentrl_core.models.model_cache import agentrl_home
 from agentrl_core.tasksets.partition import fits_part
 
 GENERATOR_VERSION = "g2"  # g2: test scenes from the test part of the scene space only

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.fsync import fsync_dir, fsync_file
-from agentrl_core.models.store import agentrl_home
+from agentrl_core.models.model_cache import agentrl_home
 
 GENERATOR_VERSION = 1  # bump when generated rows or schemas change: old cache files are then ignored
 

@@ -4,7 +4,7 @@ from agentrl_core.envs.textcraft.crafting import Book, Crafter, command_of
 from agentrl_core.envs.textcraft.env import TEST_IDS, TRAIN_IDS, TextCraft, render_task
 from agentrl_core.envs.textcraft.expert import plan
 from agentrl_core.envs.textcraft.generate import Difficulty, Task, folder_task, synthetic_task, tree_recipes
-from agentrl_core.envs.textcraft.recipes import (
+from agentrl_core.envs.textcraft.recipe_book import (
     Recipe,
     display_name,
     load_recipe_folder,

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from agentrl_core.envs.textcraft.recipes import Recipe, display_name, item_key
+from agentrl_core.envs.textcraft.recipe_book import Recipe, display_name, item_key
 
 MAX_GET = 1000  # the most of one item a single `get` fetches
 MAX_COMMAND_CHARS = 1000

@@ -18,7 +18,7 @@ from agentrl_core.envs.textcraft.generate import (
     folder_task,
     synthetic_task,
 )
-from agentrl_core.envs.textcraft.recipes import display_name
+from agentrl_core.envs.textcraft.recipe_book import display_name
 from agentrl_core.errors import ResetNeededError, TaskNotFoundError
 
 TRAIN_IDS = range(0, 10_000)

@@ -14,7 +14,7 @@ import math
 from collections import Counter
 
 from agentrl_core.envs.textcraft.crafting import Book
-from agentrl_core.envs.textcraft.recipes import display_name
+from agentrl_core.envs.textcraft.recipe_book import display_name
 
 
 def plan(book: Book, goal: str, inventory: Counter[str], amount: int = 1) -> list[str]:

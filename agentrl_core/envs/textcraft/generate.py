@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from agentrl_core.envs.textcraft.crafting import Book
 from agentrl_core.envs.textcraft.expert import plan
-from agentrl_core.envs.textcraft.recipes import Recipe, load_recipe_folder
+from agentrl_core.envs.textcraft.recipe_book import Recipe, load_recipe_folder
 
 NAMESPACE = "textcraft"
 MAX_DRAWS = 20

@@ -15,7 +15,6 @@ loads) and drops the cache when they move; a change in the middle of a generatio
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -24,13 +23,14 @@ from typing import Any, Hashable, Sequence
 import torch
 
 from agentrl_core.config import SamplingConfig
-from agentrl_core.hardware import available_bytes
-from agentrl_core.rollout.engine import Generation
+from agentrl_core.machine_info import available_bytes
+from agentrl_core.rollout.generation import Generation
 from agentrl_core.rollout.native.forward import PackedForward
 from agentrl_core.rollout.native.kv_cache import SlabKVCache
 from agentrl_core.rollout.native.prepack import prepack_setting
 from agentrl_core.rollout.native.sampler import SamplingParams, sample_rows
 from agentrl_core.rollout.native.scheduler import Request, Scheduler
+from agentrl_core.rollout.sampling_seeds import make_generator
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +54,6 @@ class Finished:
     key: Hashable | None
     generation: Generation | None
     error: str | None = None
-
-
-def sequence_seed(seed: int, index: int) -> int:
-    """A 63-bit generator seed for sequence `index` of a call seeded `seed` (stable across runs and platforms)."""
-    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
-
-
-def make_generator(seed: int, index: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """A torch.Generator seeded for sequence `index` of a call seeded `seed`."""
-    gen = torch.Generator(device=device)
-    gen.manual_seed(sequence_seed(seed, index))
-    return gen
 
 
 class NativeEngine:

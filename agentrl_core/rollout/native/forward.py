@@ -27,9 +27,9 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from agentrl_core.models import precision
+from agentrl_core.models import mixed_precision
+from agentrl_core.rollout.native.compute_weights import DecoderWeights, LayerWeights, snapshot
 from agentrl_core.rollout.native.kv_cache import SlabKVCache
-from agentrl_core.rollout.native.weights import DecoderWeights, LayerWeights, snapshot
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 """model_type values whose decoder layers the packed forward knows."""
@@ -98,7 +98,7 @@ class PackedForward:
             self.refresh()
         if self.weights is not None:
             return self._forward(segments)
-        with precision.autocast(self.model, self.autocast):
+        with mixed_precision.autocast(self.model, self.autocast):
             return self._forward(segments)
 
     def _forward(self, segments: Sequence[Segment]) -> torch.Tensor:

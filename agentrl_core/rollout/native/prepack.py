@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from agentrl_core.errors import ConfigError
-from agentrl_core.hardware import cpu_info, usable_cores
 from agentrl_core.machine_cache import cache_key as machine_key
 from agentrl_core.machine_cache import cache_path, cached_decision, machine_facts
+from agentrl_core.machine_info import cpu_info, usable_cores
 
 log = logging.getLogger(__name__)
 

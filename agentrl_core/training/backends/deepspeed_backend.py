@@ -6,7 +6,6 @@ import importlib
 import importlib.util
 import logging
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from agentrl_core.errors import CheckpointError
 from agentrl_core.training.backends.base import BackendUnavailableError
 from agentrl_core.training.backends.deepspeed_config import deepspeed_config
 from agentrl_core.training.optim import lr_factor
+from agentrl_core.web.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +46,6 @@ def import_deepspeed(ds: DeepSpeedConfig) -> Any:
     return importlib.import_module("deepspeed")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def init_distributed(deepspeed: Any) -> None:
     """Join (or, run without a launcher, create) the process group: nccl on CUDA, gloo on CPU.
@@ -62,7 +57,7 @@ def init_distributed(deepspeed: Any) -> None:
         return
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
 
 

@@ -12,7 +12,7 @@ Protocol over one socket pair, as length-prefixed pickle frames (`frames.py`):
 Ops: "create" (args: EnvSpec), "reset" (task_id, seed, options), "step" (action), "expert",
 "close", "describe" (args: EnvSpec; builds a throw-away instance), "stop" (no response).
 
-Started by the server as `python -m agentrl_core.envs.worker --fd N`, N being its end of a
+Started by the server as `python -m agentrl_core.env_service.worker --fd N`, N being its end of a
 socket pair (a fresh interpreter: nothing of the server's threads or state is inherited).
 """
 
@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from agentrl_core.envs import frames
+from agentrl_core.env_service import frames
 from agentrl_core.envs.base import Env
 from agentrl_core.errors import MissingExtraError, ResetNeededError, TaskNotFoundError
 
@@ -187,7 +187,7 @@ def worker_main(sock: socket.socket) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: serve the socket pair end given as `--fd` until stopped."""
-    parser = argparse.ArgumentParser(prog="python -m agentrl_core.envs.worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m agentrl_core.env_service.worker", description=__doc__)
     parser.add_argument("--fd", type=int, required=True, help="this worker's end of the server's socket pair")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s worker: %(message)s")

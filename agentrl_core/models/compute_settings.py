@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from agentrl_core.hardware import cpu_info, usable_cores
 from agentrl_core.machine_cache import cache_key as machine_key
 from agentrl_core.machine_cache import cache_path, cached_decision, machine_facts
+from agentrl_core.machine_info import cpu_info, usable_cores
 
 if TYPE_CHECKING:
     from agentrl_core.config import RecipeConfig
@@ -91,7 +91,7 @@ def bf16_support(device: str) -> tuple[bool, str]:
 
 def _one_pass(model: object, ids: object, mode: str) -> float:
     """Seconds of one training-shaped pass: forward under `mode`, log-softmax over all logits, backward."""
-    from agentrl_core.models.precision import autocast
+    from agentrl_core.models.mixed_precision import autocast
 
     start = time.perf_counter()
     with autocast(model, mode):

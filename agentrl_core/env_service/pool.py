@@ -3,8 +3,9 @@
 Everything here runs on the server's asyncio loop and never blocks it: requests are written and
 replies read through asyncio streams over a socket pair (`frames.py`), one reader task per
 worker; a death is noticed as end-of-file on that socket (the kernel closes it when the process
-dies, kill -9 included); starting and reaping a process run in the default executor. Workers are fresh interpreters (`python -m agentrl_core.envs.worker`),
-never forks of the server, so they inherit none of its threads or locks.
+dies, kill -9 included); starting and reaping a process run in the default executor. Workers are
+fresh interpreters (`python -m agentrl_core.env_service.worker`), never forks of the server, so they inherit
+none of its threads or locks.
 
 Two kinds of worker:
 - shared: a fixed pool (default one per core) hosting sessions of light envs; a new session goes
@@ -24,7 +25,7 @@ import subprocess
 import sys
 from typing import Any, Callable
 
-from agentrl_core.envs import frames
+from agentrl_core.env_service import frames
 from agentrl_core.envs.errors import EnvServerError, EnvTimeoutError, SessionLostError
 from agentrl_core.errors import MissingExtraError, ResetNeededError, TaskNotFoundError
 
@@ -67,7 +68,7 @@ class Worker:
         ours, theirs = socket.socketpair()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "agentrl_core.envs.worker", "--fd", str(theirs.fileno())],
+                [sys.executable, "-m", "agentrl_core.env_service.worker", "--fd", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=_child_env(),
             )
         finally:

@@ -19,15 +19,23 @@ from sqlalchemy import Engine, and_, delete, exists, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from agentrl_core.store import convert
+from agentrl_core.secrets import Secret, reveal
+from agentrl_core.store import to_records
+from agentrl_core.store.database import make_engine
 from agentrl_core.store.disk_full import registry_disk_full
-from agentrl_core.store.engine import make_engine
 from agentrl_core.store.errors import RegistryError
 from agentrl_core.store.migrate import current_revision, upgrade
-from agentrl_core.store.records import (CHECKPOINT_KINDS, RUN_STATUSES, STAGE_STATUSES, CheckpointRecord,
-                                        EvalRecord, MetricRecord, RunRecord, StageRecord)
+from agentrl_core.store.records import (
+    CHECKPOINT_KINDS,
+    RUN_STATUSES,
+    STAGE_STATUSES,
+    CheckpointRecord,
+    EvalRecord,
+    MetricRecord,
+    RunRecord,
+    StageRecord,
+)
 from agentrl_core.store.schema import Checkpoint, EvalResult, Metric, Run, Stage, utcnow
-from agentrl_core.secrets import Secret, reveal
 from agentrl_core.store.urls import redact_url, resolve_url, secrets_of
 
 _CHUNK = 500  # rows per multi-row INSERT (well under SQLite's bound-parameter limit)
@@ -150,12 +158,12 @@ class Registry:
         """The run `name`, or None."""
         with self._tx(f"run({name!r})") as session:
             row = session.scalar(select(Run).where(Run.name == name))
-            return None if row is None else convert.run_record(row)
+            return None if row is None else to_records.run_record(row)
 
     def runs(self) -> list[RunRecord]:
         """Every run, oldest first."""
         with self._tx("runs()") as session:
-            return [convert.run_record(r) for r in session.scalars(select(Run).order_by(Run.id))]
+            return [to_records.run_record(r) for r in session.scalars(select(Run).order_by(Run.id))]
 
     def ensure_stage(self, run_id: int, name: str, index: int) -> int:
         """Id of stage `name` of the run, created "pending" if new (an existing one takes this `index`)."""
@@ -185,7 +193,7 @@ class Registry:
         """The stages of run `run`, in `index` order."""
         query = select(Stage, Run.name).join(Run, Stage.run_id == Run.id).where(Run.name == run)
         with self._tx(f"stages({run!r})") as session:
-            return [convert.stage_record(s, r) for s, r in session.execute(query.order_by(Stage.index, Stage.id))]
+            return [to_records.stage_record(s, r) for s, r in session.execute(query.order_by(Stage.index, Stage.id))]
 
     # -- checkpoints ----------------------------------------------------------------------------
     def add_checkpoint(self, run_id: int, *, stage: str, step: int, uri: str, kind: str,
@@ -222,7 +230,7 @@ class Registry:
             query = query.where(Checkpoint.kind == kind)
         with self._tx("checkpoints()") as session:
             rows = session.execute(query.order_by(Run.name, Checkpoint.step, Checkpoint.id))
-            return [convert.checkpoint_record(c, r) for c, r in rows]
+            return [to_records.checkpoint_record(c, r) for c, r in rows]
 
     def unevaluated(self, *, env: str, split: str, seed: int, k: int, engine: str, kind: str | None = "hf",
                     run: str | None = None) -> list[CheckpointRecord]:
@@ -237,7 +245,7 @@ class Registry:
             query = query.where(Run.name == run)
         with self._tx("unevaluated()") as session:
             rows = session.execute(query.order_by(Run.name, Checkpoint.step, Checkpoint.id))
-            return [convert.checkpoint_record(c, r) for c, r in rows]
+            return [to_records.checkpoint_record(c, r) for c, r in rows]
 
     # -- metrics --------------------------------------------------------------------------------
     def log_metrics(self, run_id: int, *, stage: str, step: int, metrics: Mapping[str, float | None]) -> None:
@@ -294,14 +302,14 @@ class Registry:
     def add_eval(self, record: EvalRecord) -> int:
         """Record an evaluation result; the same key again replaces the values. Returns its id."""
         _check_json("eval metrics", record.metrics)
-        values = convert.eval_values(record)
+        values = to_records.eval_values(record)
         with self._tx(f"add_eval({record.checkpoint_uri!r}, {record.env!r})") as session:
             values["run_id"] = None if record.run is None else self._run_id(session, record.run)
             stmt = self._insert(EvalResult).values(**values, created_at=utcnow())
             stmt = stmt.on_conflict_do_update(
                 index_elements=[EvalResult.checkpoint_uri, EvalResult.env, EvalResult.split, EvalResult.seed,
                                 EvalResult.k, EvalResult.engine],
-                set_={name: stmt.excluded[name] for name in convert.EVAL_VALUE_FIELDS + ("run_id",)})
+                set_={name: stmt.excluded[name] for name in to_records.EVAL_VALUE_FIELDS + ("run_id",)})
             return session.scalar(stmt.returning(EvalResult.id))
 
     def evals(self, *, env: str | None = None, checkpoint_uri: str | None = None,
@@ -317,7 +325,7 @@ class Registry:
         order = (EvalResult.checkpoint_uri, EvalResult.env, EvalResult.split, EvalResult.seed, EvalResult.k,
                  EvalResult.engine)
         with self._tx("evals()") as session:
-            return [convert.eval_record(e, r) for e, r in session.execute(query.order_by(*order))]
+            return [to_records.eval_record(e, r) for e, r in session.execute(query.order_by(*order))]
 
     def delete_eval(self, *, checkpoint_uri: str, env: str, split: str, seed: int, k: int, engine: str) -> bool:
         """Forget one result (so a batch evaluates it again); returns whether one existed."""

@@ -1,8 +1,13 @@
-"""Launching the env server as a subprocess: a handle that finds its port, waits, and stops it."""
+"""Starting an agentrl server as a subprocess: spawn it, learn its port, wait until it answers, stop it.
+
+Every server (env server, experience pool, OpenAI-compatible server) starts the same way: `python -m <module>
+--port-file F --parent-pid P ...` out of the terminal's signals (a Ctrl-C reaches the run, which stops it
+after), its output in a log file; the server writes the port it bound to F (port 0 picks a free one), and
+the handle polls /health until it answers, or raises with the end of the log if the process dies first.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -11,13 +16,15 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Mapping, Sequence
 
 import httpx
 
-from agentrl_core.envs.errors import ServerStartError
-from agentrl_core.lifetime import CHILD_SESSION, track
-from agentrl_core.envs.server import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TTL_S
+from agentrl_core.child_processes import CHILD_SESSION, track
+from agentrl_core.errors import ServerStartError
+
+_ROOT = str(Path(__file__).resolve().parents[2])
+"""The folder holding agentrl_core: children import it from a checkout that is not installed, too."""
 
 
 def _terminate(proc: subprocess.Popen[bytes], workdir: str, timeout: float = 10.0) -> None:
@@ -33,10 +40,10 @@ def _terminate(proc: subprocess.Popen[bytes], workdir: str, timeout: float = 10.
 
 
 class ServerProcess:
-    """A running env server subprocess: `.url`, `.port`, `.pid`, `.stop()`; a context manager."""
+    """A running server subprocess: `.url`, `.port`, `.pid`, `.stop()`; a context manager."""
 
     def __init__(self, proc: subprocess.Popen[bytes], host: str, workdir: str) -> None:
-        self.proc = track(proc)  # a second Ctrl-C kills it at once (lifetime.kill_tracked)
+        self.proc = track(proc)  # a second Ctrl-C kills it at once (child_processes.kill_tracked)
         self.host = host
         self.port: int | None = None
         self.workdir = workdir
@@ -77,7 +84,7 @@ class ServerProcess:
     def __repr__(self) -> str:
         return f"ServerProcess(url={self.url!r}, pid={self.pid}, alive={self.alive})"
 
-    def wait_ready(self, port_file: Path, requested_port: int, timeout: float, *, what: str = "env server",
+    def wait_ready(self, port_file: Path, requested_port: int, timeout: float, *, what: str = "server",
                    error: type[Exception] = ServerStartError) -> None:
         """Block until /health answers; `error` with the log tail if it dies or times out.
 
@@ -106,44 +113,32 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def launch_server(
-    env_names: Sequence[str] | None = None,
-    host: str = "127.0.0.1",
-    port: int | None = None,
-    startup_timeout: float = 30.0,
-    *,
-    max_sessions: int = DEFAULT_MAX_SESSIONS,
-    session_ttl_s: float = DEFAULT_SESSION_TTL_S,
-    env_kwargs: dict[str, dict[str, Any]] | None = None,
-    log_level: str = "warning",
-    workers: int | None = None,
-) -> ServerProcess:
-    """Start `python -m agentrl_core.envs.server` as a subprocess and wait until it is healthy.
+def spawn_server(module: str, args: Sequence[str], *, what: str, host: str = "127.0.0.1", port: int | None = None,
+                 startup_timeout: float = 30.0, error: type[Exception] = ServerStartError,
+                 env: Mapping[str, str | None] | None = None) -> ServerProcess:
+    """Start `python -m module --host H --port P --port-file F --parent-pid <this> *args` and wait until its
+    /health answers (`error` with the end of its log if it exits or times out; then it is stopped).
 
-    The server inherits this process's AGENTRL_SERVER_TOKEN (and AGENTRL_ENV_SERVER_MAX_BODY_MB): inside
-    `run_token()`, as a run starts it, it answers only requests bearing that token (server_auth.py).
+    The child inherits this process's environment (AGENTRL_SERVER_TOKEN included: inside `run_token()` it
+    answers only the run's requests), with `env` on top (None removes a variable): secrets travel there,
+    never on the command line, which `ps` shows to everyone.
     """
-    workdir = tempfile.mkdtemp(prefix="agentrl-envserver-")
+    workdir = tempfile.mkdtemp(prefix=f"agentrl-{module.rsplit('.', 1)[-1]}-")
     port_file = Path(workdir) / "port"
-    cmd = [
-        sys.executable, "-m", "agentrl_core.envs.server", "--host", host, "--port", str(port or 0),
-        "--port-file", str(port_file), "--log-level", log_level, "--max-sessions", str(max_sessions),
-        "--session-ttl", str(session_ttl_s), "--env-kwargs", json.dumps(env_kwargs or {}),
-        "--parent-pid", str(os.getpid()),
-    ]
-    if env_names:
-        cmd += ["--envs", ",".join(env_names)]
-    if workers:
-        cmd += ["--workers", str(workers)]
-    # the child must import this package even when it is not installed (e.g. run from a checkout)
-    root = str(Path(__file__).resolve().parents[2])
-    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    cmd = [sys.executable, "-m", module, "--host", host, "--port", str(port or 0), "--port-file", str(port_file),
+           "--parent-pid", str(os.getpid()), *args]
+    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p))
+    for key, value in (env or {}).items():
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = value
     with open(Path(workdir) / "server.log", "wb") as out:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=child_env,
-                                **CHILD_SESSION)  # a terminal's Ctrl-C reaches the run, which stops it after
+                                **CHILD_SESSION)  # out of the terminal's signals; it watches its parent
     server = ServerProcess(proc, host, workdir)
     try:
-        server.wait_ready(port_file, port or 0, startup_timeout)
+        server.wait_ready(port_file, port or 0, startup_timeout, what=what, error=error)
     except BaseException:
         server.stop()
         raise

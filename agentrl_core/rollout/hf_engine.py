@@ -2,36 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from agentrl_core.config import SamplingConfig
-from agentrl_core.models import precision
-
-
-@dataclass
-class Generation:
-    """One sampled reply: the new token ids, their log-probs and why generation stopped.
-
-    `finish_reason` is "stop" when the reply ended with a stop token (kept in `token_ids`),
-    "length" when `max_new_tokens` ran out. `weight_versions` is (first, last): the policy versions
-    of the weights that generated its first and its last token, where weights change while a reply is
-    generated (asynchronous training with in-flight weight updates); None where nobody counts them.
-    """
-
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    weight_versions: tuple[int, int] | None = None
-
-
-class Engine(Protocol):
-    """What the agent loop needs from an engine: token ids in, token ids and log-probs out."""
-
-    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig, seed: int) -> list[Generation]:
-        ...
+from agentrl_core.models import mixed_precision
+from agentrl_core.rollout.generation import Generation
 
 
 class HFEngine:
@@ -79,7 +56,7 @@ class HFEngine:
     def _generate_chunk(self, prompts: Sequence[list[int]], sampling: SamplingConfig, seed: int) -> list[Generation]:
         ids, mask = self._left_pad(prompts)
         torch.manual_seed(seed)
-        with precision.autocast(self.model, self.autocast):
+        with mixed_precision.autocast(self.model, self.autocast):
             out = self._sample(ids, mask, sampling)
         new = out.sequences[:, ids.shape[1]:]
         temperature = sampling.temperature if sampling.temperature > 0 else 1.0

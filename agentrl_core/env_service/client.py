@@ -13,24 +13,7 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
-from agentrl_core.secrets import redact_text
-from agentrl_core.server_auth import auth_headers
-from agentrl_core.envs.base import Env, StepResult
-from agentrl_core.errors import MissingExtraError
-from agentrl_core.envs.errors import (
-    EnvTimeoutError,
-    SessionLostError,
-    EnvError,
-    EnvServerError,
-    EnvServerUnavailable,
-    InvalidRequestError,
-    ResetNeededError,
-    SessionNotFoundError,
-    TaskNotFoundError,
-    TooManySessionsError,
-    UnknownEnvError,
-)
-from agentrl_core.envs.wire import (
+from agentrl_core.env_service.env_api import (
     CreateSessionRequest,
     EnvInfo,
     ErrorResponse,
@@ -41,6 +24,23 @@ from agentrl_core.envs.wire import (
     StepResponse,
     TaskIdsResponse,
 )
+from agentrl_core.envs.base import Env, StepResult
+from agentrl_core.envs.errors import (
+    EnvError,
+    EnvServerError,
+    EnvServerUnavailable,
+    EnvTimeoutError,
+    InvalidRequestError,
+    ResetNeededError,
+    SessionLostError,
+    SessionNotFoundError,
+    TaskNotFoundError,
+    TooManySessionsError,
+    UnknownEnvError,
+)
+from agentrl_core.errors import MissingExtraError
+from agentrl_core.secrets import redact_text
+from agentrl_core.web.auth import auth_headers
 
 TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
 MAX_BACKOFF_S = 10.0
@@ -149,7 +149,8 @@ class EnvClient:
             raise error_from_response(last_resp, attempts=self.retries + 1)
         raise EnvServerUnavailable(
             f"{method} {redact_text(self.base_url)}{path}: gave up after {self.retries + 1} attempts; last: {last}. "
-            "Is the env server running (agentrl_core.envs.launch_server / python -m agentrl_core.envs.server)?"
+            "Is the env server running (agentrl_core.env_service.launch_server / "
+            "python -m agentrl_core.env_service.server)?"
         )
 
     # -- API -----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.io import read_trajectories
 from agentrl_core.rollout.trajectory import Trajectory
-from agentrl_core.sft_data.chat import conversations_to_trajectories, validate_messages
+from agentrl_core.sft_data.chat_trajectory import conversations_to_trajectories, validate_messages
 
 Conversation = dict[str, Any]
 _AGENTGYM_ROLES = {"human": "user", "gpt": "assistant", "system": "system"}

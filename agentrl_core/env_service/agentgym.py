@@ -18,8 +18,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from agentrl_core.envs.sessions import Session, SessionStore
-from agentrl_core.envs.wire import (
+from agentrl_core.env_service.env_api import (
     AgentGymBCloseRequest,
     AgentGymBCloseResponse,
     AgentGymBResetRequest,
@@ -33,6 +32,7 @@ from agentrl_core.envs.wire import (
     AgentGymStepRequest,
     AgentGymStepResponse,
 )
+from agentrl_core.env_service.sessions import Session, SessionStore
 
 
 def routes(store: SessionStore, env_name: str, convention: str) -> APIRouter:

@@ -5,48 +5,29 @@ wait on their worker, so the event loop never blocks, a non-thread-safe engine n
 requests at once, and a worker that dies (crash, kill -9) fails only its own sessions — with
 SessionLostError (HTTP 410) — while the server replaces it and keeps serving the rest. Sessions
 have an idle TTL, ids are never reused, and full caps answer 429 with Retry-After (`sessions.py`).
-Errors are real HTTP codes with an `ErrorResponse` body (see `wire.ERROR_STATUS`). The app also
+Errors are real HTTP codes with an `ErrorResponse` body (see `env_api.ERROR_STATUS`). The app also
 answers AgentGym's two conventions under `/{env}/` (and at the root when it hosts a single env),
 `/health`, and `/metrics` (sessions per env, steps/s, latency quantiles, worker restarts, memory).
 
-Run: `python -m agentrl_core.envs.server --host 127.0.0.1 --port 0 --envs household`.
+Run: `python -m agentrl_core.env_service.server --host 127.0.0.1 --port 0 --envs household`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
 import json
 import logging
-import os
-import signal
-import socket
 import sys
-import threading
 import time
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from fastapi import APIRouter, FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentrl_core.envs import agentgym, registry
-from agentrl_core.envs.errors import EnvError, InvalidRequestError, ServerStartError, UnknownEnvError
-from agentrl_core.envs.extras import require_extra
-from agentrl_core.envs.pool import WorkerPool
-from agentrl_core.envs.server_metrics import rss_mb
-from agentrl_core.envs.sessions import (
-    DEFAULT_MAX_SESSIONS,
-    DEFAULT_SESSION_TTL_S,
-    RETRY_AFTER_S,
-    EnvHost,
-    SessionStore,
-)
-from agentrl_core.envs.wire import (
+from agentrl_core.env_service import agentgym
+from agentrl_core.env_service.env_api import (
     ERROR_STATUS,
     CreateSessionRequest,
     EnvInfo,
@@ -60,23 +41,33 @@ from agentrl_core.envs.wire import (
     StepResponse,
     TaskIdsResponse,
 )
-from agentrl_core.envs.worker import EnvSpec
-from agentrl_core.http_limits import MIB, BodyLimit, BodySizeLimit
-from agentrl_core.server_auth import (
-    RUN_TOKEN,
-    TOKEN_ENV,
+from agentrl_core.env_service.pool import WorkerPool
+from agentrl_core.env_service.server_metrics import rss_mb
+from agentrl_core.env_service.sessions import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_TTL_S,
+    RETRY_AFTER_S,
+    EnvHost,
+    SessionStore,
+)
+from agentrl_core.env_service.worker import EnvSpec
+from agentrl_core.envs import registry
+from agentrl_core.envs.errors import EnvError, InvalidRequestError, UnknownEnvError
+from agentrl_core.envs.extras import require_extra
+from agentrl_core.errors import ServerStartError
+from agentrl_core.web.app_runner import add_server_args, init_server_process, run_app
+from agentrl_core.web.auth import (
     UnauthenticatedBindError,
-    auth_banner,
     check_bind,
-    protect,
     server_token,
 )
+from agentrl_core.web.body_limit import MIB, BodyLimit, BodySizeLimit
+from agentrl_core.web.error_bodies import ErrorKinds, install_error_handlers, respond_with_error_body
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TTL_S", "create_app", "main", "serve"]
 
-KEEP_ALIVE_S = 120
 MAX_BODY_BYTES = 8 * MIB
 """Largest request body the env server reads by default: an action is a model's reply (at most a few hundred kB)."""
 MAX_BODY_ENV = "AGENTRL_ENV_SERVER_MAX_BODY_MB"
@@ -266,85 +257,25 @@ def _native_routes(store: SessionStore, catalog: _Catalog) -> APIRouter:
     return router
 
 
-def _error(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(ErrorResponse(error=error, detail=detail).model_dump(), status_code=status, headers=headers)
-
-
 def _install_error_handlers(app: FastAPI) -> None:
-    """Every failure becomes a real status code with an ErrorResponse body (never 200)."""
+    """Every failure becomes a real status code with an ErrorResponse body (never 200): an env error by its
+    class (`env_api.ERROR_STATUS`; 429 with Retry-After), then web.error_bodies' generic kinds."""
 
     async def env_error(_: Request, exc: Exception) -> JSONResponse:
         name = type(exc).__name__
         status = ERROR_STATUS.get(name, 500)
         headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 429 else None
-        return _error(status, name if name in ERROR_STATUS else "EnvServerError", str(exc), headers)
+        return respond_with_error_body(status, name if name in ERROR_STATUS else "EnvServerError", str(exc), headers)
 
-    async def invalid(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
-        return _error(422, "InvalidRequestError", "; ".join(parts) or "invalid request")
-
-    async def http_error(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        error = {404: "NotFound", 413: "RequestTooLargeError"}.get(exc.status_code, "HTTPError")
-        return _error(exc.status_code, error, str(exc.detail), getattr(exc, "headers", None))
-
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected server error")
-        return _error(500, "EnvServerError", f"{type(exc).__name__}: {exc}")
-
-    app.add_exception_handler(EnvError, env_error)
-    app.add_exception_handler(RequestValidationError, invalid)
-    app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(Exception, unexpected)
+    kinds = ErrorKinds(invalid="InvalidRequestError", unexpected="EnvServerError",
+                       http={404: "NotFound", 413: "RequestTooLargeError"})
+    install_error_handlers(app, respond_with_error_body, kinds, log=log, own=[(EnvError, env_error)])
 
 
 # -- the entry point -----------------------------------------------------------------------------
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening-ready socket on (host, port); port 0 picks a free one. Clear error if taken."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are TCP,
-    # and without it every response waits ~40 ms for a delayed ACK (Nagle)
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise ServerStartError(
-                f"port {port} on {host} is already in use; pick another --port, or 0 for a free one"
-            ) from None
-        raise ServerStartError(f"cannot bind {host}:{port}: {exc}") from None
-    return sock
-
-
-def add_server_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The arguments every agentrl server process takes: bind address, port, log level, and the two
-    its launcher passes (where to write the bound port, which parent to die with)."""
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--port-file", default=None, help=argparse.SUPPRESS)  # the launcher learns the port here
-    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it dies
-    p.add_argument("--allow-unauthenticated", action="store_true",
-                   help=f"serve beyond loopback without a bearer token (default: refused unless {TOKEN_ENV} is set)")
-    p.add_argument("--max-body-mb", type=float, default=None,
-                   help="largest request body in MiB, larger ones get HTTP 413 (default: the server's own limit, or "
-                        "its AGENTRL_..._MAX_BODY_MB environment variable)")
-    return p
-
-
-def start_server_process(args: argparse.Namespace) -> None:
-    """A server process's start: exit with the launcher (when given) and log at the asked level."""
-    if args.parent_pid:
-        exit_with_parent(args.parent_pid)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = add_server_args(argparse.ArgumentParser(
-        prog="python -m agentrl_core.envs.server", description="Serve agentrl environments over HTTP."
+        prog="python -m agentrl_core.env_service.server", description="Serve agentrl environments over HTTP."
     ))
     p.add_argument("--envs", default="", help="comma-separated env names (default: all registered)")
     p.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, help="most live sessions (then HTTP 429)")
@@ -379,7 +310,7 @@ def serve(
     Binds 127.0.0.1 by default; port 0 or None picks a free one (announced on stderr, and
     written to `port_file` if given). With AGENTRL_SERVER_TOKEN set every route but /health needs
     it; without, it is open on loopback and refused beyond unless `allow_unauthenticated`
-    (server_auth.py). Bodies over `max_body_mb` (default 8 MiB, or $AGENTRL_ENV_SERVER_MAX_BODY_MB)
+    (web/auth.py). Bodies over `max_body_mb` (default 8 MiB, or $AGENTRL_ENV_SERVER_MAX_BODY_MB)
     get 413. Raises UnknownEnvError / ServerStartError / UnauthenticatedBindError / ValueError before serving.
     """
     check_bind(host, server_token(), allow_unauthenticated=allow_unauthenticated, what="env server")
@@ -390,55 +321,10 @@ def serve(
             allow_unauthenticated=allow_unauthenticated)
 
 
-def _error_body(message: str) -> dict[str, str]:
-    return ErrorResponse(error="Unauthorized", detail=message).model_dump()
-
-
-def run_app(app: Any, host: str, port: int | None, *, log_level: str, port_file: str | None, banner: str,
-            tokens: Sequence[str] | None = None, allow_unauthenticated: bool = False,
-            error_body: Callable[[str], dict[str, Any]] = _error_body, accepted: str = RUN_TOKEN) -> None:
-    """Bind (host, port or a free one), publish the port, announce `banner` (formatted with host:port)
-    and how clients authenticate on stderr, and serve `app` with uvicorn until SIGINT/SIGTERM. With
-    `tokens` (default: AGENTRL_SERVER_TOKEN when set) every route but /health requires one of them
-    (server_auth.py); `error_body` shapes the 401, `accepted` says in it which token to send."""
-    import uvicorn
-
-    required = protect(app, host, tokens=tokens, allow_unauthenticated=allow_unauthenticated, error_body=error_body,
-                       what=banner.split(" on ")[0], accepted=accepted)
-    sock = bind_socket(host, port or 0)
-    bound = sock.getsockname()[1]
-    if port_file:
-        tmp = Path(port_file + ".tmp")
-        tmp.write_text(str(bound))
-        tmp.replace(port_file)  # atomic: the launcher never reads half a number
-    print(banner.format(f"{host}:{bound}"), file=sys.stderr, flush=True)
-    print(auth_banner(host, required, accepted), file=sys.stderr, flush=True)
-    # keep-alive longer than a slow LLM turn, so clients' pooled connections are not closed under them
-    config = uvicorn.Config(
-        app, host=host, port=bound, log_level=log_level, access_log=False, timeout_keep_alive=KEEP_ALIVE_S
-    )
-    uvicorn.Server(config).run(sockets=[sock])
-
-
-def exit_with_parent(parent_pid: int, period_s: float = 1.0) -> None:
-    """Stop this server (gracefully, SIGTERM) when the process that launched it is gone.
-
-    A flow run killed hard (SIGKILL, a cancelled deployment) never reaches its `finally`; the
-    server notices it was re-parented and shuts itself down instead of leaking.
-    """
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(period_s)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: parse, then `serve`; a bad env name or a taken port exits with code 2."""
     args = _parse_args(argv)
-    start_server_process(args)
+    init_server_process(args)
     try:
         serve(
             [n.strip() for n in args.envs.split(",") if n.strip()] or None, args.host, args.port,
@@ -446,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             env_kwargs=json.loads(args.env_kwargs), log_level=args.log_level, port_file=args.port_file,
             workers=args.workers, allow_unauthenticated=args.allow_unauthenticated, max_body_mb=args.max_body_mb,
         )
-    except (EnvError, ValueError, UnauthenticatedBindError) as exc:
+    except (EnvError, ServerStartError, ValueError, UnauthenticatedBindError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     return 0

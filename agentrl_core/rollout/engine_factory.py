@@ -9,7 +9,8 @@ from typing import Any
 
 from agentrl_core.config import EngineConfig
 from agentrl_core.errors import ConfigError
-from agentrl_core.rollout.engine import Engine, HFEngine
+from agentrl_core.rollout.generation import Engine
+from agentrl_core.rollout.hf_engine import HFEngine
 from agentrl_core.rollout.native import NativeEngine, native_support
 from agentrl_core.rollout.native.engine import default_kv_cache_mb
 

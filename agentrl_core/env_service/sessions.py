@@ -15,11 +15,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from agentrl_core.envs.errors import SessionLostError, SessionNotFoundError, TooManySessionsError, UnknownEnvError
+from agentrl_core.env_service.pool import Worker, WorkerPool
+from agentrl_core.env_service.server_metrics import StepStats
+from agentrl_core.env_service.worker import EnvSpec
 from agentrl_core.envs.base import StepResult
-from agentrl_core.envs.pool import Worker, WorkerPool
-from agentrl_core.envs.server_metrics import StepStats
-from agentrl_core.envs.worker import EnvSpec
+from agentrl_core.envs.errors import SessionLostError, SessionNotFoundError, TooManySessionsError, UnknownEnvError
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from agentrl_core.config import RecipeConfig
 from agentrl_core.experience.rollout_hooks import experience_specs
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, LoopLimits, Trajectory, run_episodes
-from agentrl_core.rollout.engine import Engine
 from agentrl_core.rollout.episode import INVALID_ACTIONS
+from agentrl_core.rollout.generation import Engine
 from agentrl_core.rollout.r3l import r3l_metrics, run_r3l_episodes, settings_from
 from agentrl_core.training.action_diversity import action_diversity
 

@@ -1,15 +1,17 @@
-"""A GRPO stage on the multi-node cluster of local_cluster.py, as a user runs it (for test_local_cluster.py).
+"""A GRPO stage on the multi-node cluster of local_cluster.py, as a user runs it (driven by
+tests/distributed/test_local_cluster.py and bench/bench_cluster_faults.py).
 
 Run in a process of its own (a pytest process has its own Ray settings and maybe its own Ray):
 
-    python tests/distributed/cluster_driver.py MODEL ROOT ADDRESS TOKEN_FILE STEPS [KILL_AFTER_STEP ROLE]
+    python bench/cluster_driver.py MODEL ROOT ADDRESS TOKEN_FILE STEPS [KILL_AFTER_STEP ROLE [SAVE_EVERY]]
 
 It starts an env server (whose bearer token the rollout workers on the other nodes need), runs STEPS GRPO
 steps with the trainer and the rollout worker placed by their custom resources, and prints one JSON line:
 where each placement group's bundles were after every step (node ids and their custom resources), and
 whether the run's token shows in the jobs' or actors' metadata. With KILL_AFTER_STEP, the raylet of the
 node that holds the ROLE ("rollout" or "trainer") worker is killed with SIGKILL as the next step starts.
-A failed run prints its error as `FAILED <type>: <message>` and exits 3.
+It also records each step's seconds and the wall clock it ended at. A checkpoint is saved every SAVE_EVERY
+steps (default 1). A failed run prints its error as `FAILED <type>: <message>` and exits 3.
 """
 
 from __future__ import annotations
@@ -64,11 +66,11 @@ def metadata_text() -> str:
 
 
 def main(model: str, root: str, address: str, token_file: str, steps: str, kill_after: str = "0",
-         role: str = "rollout") -> None:
-    from agentrl_core.envs import launch_server
+         role: str = "rollout", save_every: str = "1") -> None:
+    from agentrl_core.env_service import launch_server
     from agentrl_core.recipes import load_recipe
-    from agentrl_core.server_auth import run_token
     from agentrl_core.training.grpo import train_grpo
+    from agentrl_core.web.auth import run_token
 
     seen: dict[str, object] = {"placements": [], "leaked": []}
 
@@ -76,13 +78,15 @@ def main(model: str, root: str, address: str, token_file: str, steps: str, kill_
         seen["placements"].append(placement())
         seen["leaked"].append(token in metadata_text())
         seen.setdefault("retries", []).append(metrics.get("rollout_retries", 0.0))
+        seen.setdefault("step_s", []).append(metrics.get("time/step_s"))
+        seen.setdefault("ended_at", []).append(time.time())
         if step == int(kill_after):
             (node, *_), = seen["placements"][-1][f"agentrl-{role}"]
             threading.Thread(target=lambda: (time.sleep(0.2), kill_raylet(node)), daemon=True).start()
 
     cfg = load_recipe("household_grpo", [
         f"model.name={model}", f"run.root={root}", "run.name=cluster", f"trainer.steps={steps}",
-        "trainer.save_every=1", "rollout.tasks_per_step=4", "rollout.group_size=4",
+        f"trainer.save_every={save_every}", "rollout.tasks_per_step=4", "rollout.group_size=4",
         "rollout.sampling.max_new_tokens=16", "env.max_turns=4", "model.compute_dtype=float32",
         "distributed.backend=ray", f"distributed.ray_address={address}", f"distributed.ray_token_file={token_file}",
         "distributed.trainer_resource=agentrl_trainer", "distributed.rollout_resource=agentrl_rollout",
@@ -100,4 +104,4 @@ def main(model: str, root: str, address: str, token_file: str, steps: str, kill_
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:8])
+    main(*sys.argv[1:9])

@@ -1,0 +1,13 @@
+"""Math word problems: GSM8K-style arithmetic stories answered with a final `#### <number>`."""
+
+from agentrl_core.envs.math_word.env import (
+    TEST_IDS,
+    TRAIN_IDS,
+    Difficulty,
+    MathWord,
+    Problem,
+    extract_answer,
+    make_problem,
+)
+
+__all__ = ["TEST_IDS", "TRAIN_IDS", "Difficulty", "MathWord", "Problem", "extract_answer", "make_problem"]
