@@ -29,6 +29,7 @@ import httpx
 
 from agentrl_core import child_processes
 from agentrl_core.web.ports import free_port
+from agentrl_core.web.server_process import stop_process
 
 EPHEMERAL_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
 """What Prefect's ephemeral mode sets for its server process."""
@@ -70,16 +71,6 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s:
                        "(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)")
 
 
-def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def start_server(credential: str, timeout_s: float | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start the server requiring `credential` (own session, parent watch, tracked); (process, API url)
     once healthy."""
@@ -96,7 +87,7 @@ def start_server(credential: str, timeout_s: float | None = None) -> tuple[subpr
     try:
         _wait_healthy(proc, url, log, timeout_s or PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
     except BaseException:
-        _stop(proc)
+        stop_process(proc, 5.0)
         raise
     return proc, url
 
@@ -121,7 +112,7 @@ def local_prefect_api() -> Iterator[str]:
             finally:
                 _flush_logs()
     finally:
-        _stop(proc)
+        stop_process(proc, 5.0)
 
 
 def _flush_logs() -> None:

@@ -27,8 +27,8 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 """The folder holding agentrl_core: children import it from a checkout that is not installed, too."""
 
 
-def _terminate(proc: subprocess.Popen[bytes], workdir: str, timeout: float = 10.0) -> None:
-    """SIGTERM (graceful: sessions get closed), then SIGKILL if it hangs; remove the work dir."""
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM (graceful: a server closes its sessions), then SIGKILL if it has not exited within `timeout`."""
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -36,6 +36,11 @@ def _terminate(proc: subprocess.Popen[bytes], workdir: str, timeout: float = 10.
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _terminate(proc: subprocess.Popen[bytes], workdir: str, timeout: float = 10.0) -> None:
+    """Stop the server (`stop_process`) and remove its work dir."""
+    stop_process(proc, timeout)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
