@@ -102,6 +102,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--val-tasks", type=int, default=64, help="validation tasks (training range, never trained on)")
     p.add_argument("--val-every", type=int, default=5, help="validate the RL policy every N steps (0: never)")
     p.add_argument("--no-control", action="store_true", help="skip the SFT control")
+    p.add_argument("--no-base", action="store_true",
+                   help="skip scoring the base model (it scores 0%% on household and ALFWorld: a long eval of nothing)")
     p.add_argument("--all-arms-seeds", type=int, default=None,
                    help="the first N seeds run every algorithm and the SFT control; later seeds only the first "
                         "algorithm (default: every seed runs every arm)")
@@ -228,13 +230,21 @@ def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], out: Path) -> None
 
 
 def task_types(env: str, kwargs: dict, ids: list[int]) -> dict[int, str] | None:
-    """Task id -> task type, for envs whose generator says it (household); else None."""
+    """Task id -> task type, for envs whose generator says it (household, ALFWorld's generated games); else None."""
     if env == "household":
         from agentrl_core.envs.household import Household
         from agentrl_core.envs.household.generate import make_scene
 
         difficulty = Household(**kwargs).difficulty
         return {t: make_scene(t, difficulty)[0].task_type for t in ids}
+    if env == "alfworld":
+        from agentrl_core.envs.alfworld import AlfWorld
+        from agentrl_core.envs.alfworld.dataset import GeneratedGames
+        from agentrl_core.envs.alfworld.scene import task_type_of
+
+        games = AlfWorld(**kwargs).games
+        if isinstance(games, GeneratedGames):  # official data: its types are in its folder names, not its ids
+            return {t: task_type_of(t, games.difficulty) for t in ids}
     return None
 
 
@@ -311,7 +321,8 @@ def main() -> None:
     dtype = resolve_compute_settings(cfg, base).model.compute_dtype  # auto -> this machine's, as the flows do
     with launch_server([cfg.env.name], env_kwargs={cfg.env.name: cfg.env.kwargs}) as server:
         bench = Bench(args, server.url, dtype)
-        bench.test("base", args.seeds[0], base)
+        if not args.no_base:
+            bench.test("base", args.seeds[0], base)
         chosen = None
         for i, seed in enumerate(args.seeds):
             chosen = run_seed(bench, seed, base, chosen, args.all_arms_seeds is None or i < args.all_arms_seeds)
