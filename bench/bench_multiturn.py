@@ -133,10 +133,18 @@ class Bench:
         return load_recipe(self.args.recipe, [*self.common, f"run.name={name}", f"trainer.seed={seed}", *extra])
 
     def play(self, cfg, model: Path, ids: list[int], label: str) -> EvalSummary:
-        return evaluate_model(model, env_name=cfg.env.name, env_url=self.url, cfg=cfg.eval, n_tasks=len(ids),
-                              task_ids=ids, max_turns=cfg.env.max_turns,
-                              max_context_tokens=cfg.rollout.max_context_tokens, autocast=cfg.model.compute_dtype,
-                              engine=cfg.rollout.engine, out_dir=Path(self.args.root) / "eval" / label)
+        """`model` plays `ids` greedily; a score with any episode failed by its env is refused: it would compare
+        models on different tasks, or choose an SFT start on nothing."""
+        out = Path(self.args.root) / "eval" / label
+        summary = evaluate_model(model, env_name=cfg.env.name, env_url=self.url, cfg=cfg.eval, n_tasks=len(ids),
+                                 task_ids=ids, max_turns=cfg.env.max_turns,
+                                 max_context_tokens=cfg.rollout.max_context_tokens,
+                                 autocast=cfg.model.compute_dtype, engine=cfg.rollout.engine, out_dir=out)
+        if summary.n_errors:
+            raise RuntimeError(f"{label}: {summary.n_errors} of {summary.n_episodes} episodes failed in the env, not by "
+                               f"the model (why: the `error` column of {out / 'trajectories.parquet'}); fix the env "
+                               "server and run again")
+        return summary
 
     def sft(self, name: str, seed: int, setting: SftSetting, base: Path) -> Path:
         cfg = self.cfg(name, seed, *setting.overrides())

@@ -62,6 +62,19 @@ def test_success_by_household_task_type(tmp_path: Path) -> None:
     assert sum(int(k.split("n=")[1].rstrip(")")) for k in rates) == 40
 
 
+def test_alfworld_task_types_are_the_generated_games_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in ("alfworld", "textworld", "fast_downward"):  # the games are made by the real engine
+        pytest.importorskip(module)
+    from agentrl_core.envs.alfworld.dataset import GeneratedGames
+
+    monkeypatch.setenv("AGENTRL_HOME", str(tmp_path))  # games cached for this test only
+    ids = list(GeneratedGames().splits["test"])[:6]
+    types = task_types("alfworld", {"max_steps": 20, "list_actions": "here"}, ids)
+    games = GeneratedGames()
+    assert len(set(types.values())) == 6  # consecutive ids take turns over the six types
+    for t in ids:  # each game's own record of what it asks (its generator wrote it)
+        assert games.traj_data(t)["task_type"].startswith(types[t])
+
 def test_curves_read_the_rl_metrics_and_plot(tmp_path: Path) -> None:
     stage = tmp_path / "gigpo-seed0" / "grpo"
     stage.mkdir(parents=True)
@@ -91,3 +104,20 @@ def test_an_arm_that_trained_with_another_estimator_is_refused(tmp_path: Path) -
     check_estimator(tmp_path, "gigpo")
     with pytest.raises(RuntimeError, match="meant to train with advantage=grpo trained with advantage=gigpo"):
         check_estimator(tmp_path, "grpo")
+
+
+def test_a_score_with_env_failures_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentrl_core.recipes import load_recipe
+    from bench import bench_multiturn
+
+    failed = summarize([EpisodeResult(task_id=t, sample=0, reward=0.0, success=False, steps=0,
+                                      error="reset failed: EnvServerUnavailable" if t < 3 else None) for t in range(8)])
+    monkeypatch.setattr(bench_multiturn, "evaluate_model", lambda *a, **k: failed)
+    bench = _bench({}, [0], ["gigpo"], tmp_path)
+    bench.url = "http://127.0.0.1:9"
+    cfg = load_recipe("household_learn", [])
+    with pytest.raises(RuntimeError, match=r"val-sft: 3 of 8 episodes failed in the env.*trajectories.parquet"):
+        bench.play(cfg, tmp_path, list(range(8)), "val-sft")
+    clean = _summary({t: t % 2 == 0 for t in range(8)})
+    monkeypatch.setattr(bench_multiturn, "evaluate_model", lambda *a, **k: clean)
+    assert bench.play(cfg, tmp_path, list(range(8)), "val-sft") is clean

@@ -2,7 +2,9 @@
 
 Transient failures (connection errors, timeouts, 429, 502/503/504) are retried a bounded number
 of times with exponential backoff; a step is retried only when the connection was never made
-(it may otherwise have been applied). Every other failure becomes a typed exception named for
+(it may otherwise have been applied), and a session's creation also when the server refused it
+(429/503: nothing was created) but never after a sent request went unanswered: resending it would
+start a second session, and a worker process with it, beside the one the server may still be starting. Every other failure becomes a typed exception named for
 the boundary (see `agentrl_core.envs.errors`).
 """
 
@@ -43,7 +45,13 @@ from agentrl_core.secrets import redact_text
 from agentrl_core.web.auth import auth_headers
 
 TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
+REFUSED_STATUS = frozenset({429, 503})
+"""Answers that say the server did nothing (too many sessions, unavailable): safe to send again."""
 MAX_BACKOFF_S = 10.0
+SESSION_START_TIMEOUT_S = 180.0
+"""The least time a session's creation is given: an env with a worker process per session (ALFWorld) starts
+one, and the server starts a bounded number at once, so a burst of creations queues there (48 ALFWorld
+sessions at once take ~30 s on 2 cores)."""
 _BY_NAME: dict[str, type[EnvError]] = {
     cls.__name__: cls
     for cls in (
@@ -109,6 +117,7 @@ class EnvClient:
         if retries < 0 or backoff < 0:
             raise ValueError(f"retries and backoff must be >= 0, got {retries}, {backoff}")
         self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self._sleep = sleep
@@ -117,9 +126,14 @@ class EnvClient:
 
     # -- transport -----------------------------------------------------------------------------
     def _request(
-        self, method: str, path: str, *, json: Any = None, params: Any = None, repeatable: bool = True
+        self, method: str, path: str, *, json: Any = None, params: Any = None, repeatable: bool = True,
+        retry_refused: bool | None = None, timeout: httpx.Timeout | None = None,
     ) -> httpx.Response:
-        """Send with bounded retries; `repeatable=False` retries only when nothing reached the server."""
+        """Send with bounded retries; `repeatable=False` retries only when nothing reached the server, or
+        (`retry_refused`, default `repeatable`) when it answered that it did nothing (REFUSED_STATUS).
+        `timeout`: this request's, instead of the client's."""
+        retry_refused = repeatable if retry_refused is None else retry_refused
+        extra = {} if timeout is None else {"timeout": timeout}
         last: str = ""
         last_resp: httpx.Response | None = None  # set when the last failure was a transient status
         for attempt in range(self.retries + 1):
@@ -128,7 +142,7 @@ class EnvClient:
                 self._sleep(min(max(self.backoff * 2 ** (attempt - 1), retry_after), MAX_BACKOFF_S))
             last_resp = None
             try:
-                resp = self._http.request(method, path, json=json, params=params)
+                resp = self._http.request(method, path, json=json, params=params, **extra)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 last = f"{type(exc).__name__}: {exc}"  # the request never reached the server: safe to resend
                 continue
@@ -142,7 +156,8 @@ class EnvClient:
                 continue
             if resp.is_success:
                 return resp
-            if resp.status_code not in TRANSIENT_STATUS or not repeatable:
+            retry = repeatable and resp.status_code in TRANSIENT_STATUS
+            if not (retry or (retry_refused and resp.status_code in REFUSED_STATUS)):
                 raise error_from_response(resp)
             last_resp = resp
         if last_resp is not None:  # still overloaded: the server's own words are the best message
@@ -170,9 +185,12 @@ class EnvClient:
     def create(
         self, env: str, task_id: int, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[int, str, dict[str, Any]]:
-        """Create a session and reset it: (session_id, observation, info)."""
+        """Create a session and reset it: (session_id, observation, info). Given at least
+        SESSION_START_TIMEOUT_S, and not sent again once sent (see the module docstring)."""
         body = CreateSessionRequest(env=env, task_id=task_id, seed=seed, options=options).model_dump()
-        out = SessionResponse.model_validate(self._request("POST", "/sessions", json=body).json())
+        resp = self._request("POST", "/sessions", json=body, repeatable=False, retry_refused=True,
+                             timeout=httpx.Timeout(self.timeout, read=max(self.timeout, SESSION_START_TIMEOUT_S)))
+        out = SessionResponse.model_validate(resp.json())
         return out.session_id, out.observation, out.info
 
     def reset(

@@ -11,12 +11,15 @@ Two kinds of worker:
 - shared: a fixed pool (default one per core) hosting sessions of light envs; a new session goes
   to the worker with the fewest sessions; a shared worker that dies is replaced at once;
 - dedicated: one process per session, for envs whose class sets `dedicated_worker = True`
-  (ALFWorld, ScienceWorld); it stops when its session closes.
+  (ALFWorld, ScienceWorld); it stops when its session closes. At most `start_limit` of them start
+  at once (default one per core): a burst of new sessions queues for a start slot, first come first
+  served, instead of starting dozens of interpreters that share the cores and all finish late.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -187,8 +190,11 @@ class Worker:
 class WorkerPool:
     """The shared workers and the dedicated ones, with restart counts for the metrics route."""
 
-    def __init__(self, shared_workers: int | None = None) -> None:
+    def __init__(self, shared_workers: int | None = None, start_limit: int | None = None) -> None:
         self.size = max(1, shared_workers or min(8, os.cpu_count() or 1))
+        if start_limit is not None and start_limit < 1:
+            raise ValueError(f"start_limit must be >= 1 (dedicated workers starting at once), got {start_limit}")
+        self._starts = asyncio.Semaphore(start_limit or os.cpu_count() or 1)  # binds to the loop at first use
         self.shared: list[Worker] = []
         self.dedicated: set[Worker] = set()
         self.restarts = 0  # shared workers replaced after dying
@@ -222,6 +228,10 @@ class WorkerPool:
         if not live:
             raise SessionLostError("no live env worker right now (one is being replaced); retry in a moment")
         return min(live, key=lambda w: len(w.sessions))
+
+    def start_slot(self, dedicated: bool) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Held while a session's dedicated worker starts and builds its env (nothing for a shared worker)."""
+        return self._starts if dedicated else contextlib.nullcontext()
 
     async def dedicated_worker(self) -> Worker:
         worker = await self._spawn(dedicated=True)

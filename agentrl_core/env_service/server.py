@@ -103,14 +103,16 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
     workers: int | None = None,
     body_limit: BodyLimit | None = None,
+    worker_starts: int | None = None,
 ) -> FastAPI:
     """The app serving `env_names` (default: every registered env whose extras are installed).
 
     Sessions run in worker processes started when the app starts (its lifespan), so use the app
     through uvicorn or `with TestClient(app)`. `body_limit` defaults to MAX_BODY_BYTES (or $MAX_BODY_ENV).
+    `worker_starts`: dedicated worker processes starting at once (default one per core).
     """
     hosts = _hosts(env_names, max_sessions, env_kwargs or {})
-    pool = WorkerPool(workers)
+    pool = WorkerPool(workers, worker_starts)
     store = SessionStore(hosts, pool, max_sessions=max_sessions, ttl_s=session_ttl_s, clock=clock)
     catalog = _Catalog(hosts, pool)
 

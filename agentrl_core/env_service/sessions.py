@@ -132,14 +132,15 @@ class SessionStore:
         sid = self._reserve(env_name)
         host = self.hosts[env_name]
         try:
-            worker = await self.pool.dedicated_worker() if host.dedicated else self.pool.least_loaded()
-            worker.sessions.add(sid)
-            try:
-                await worker.call("create", sid, host.spec)
-            except BaseException:
-                worker.sessions.discard(sid)
-                await self.pool.release(worker)
-                raise
+            async with self.pool.start_slot(host.dedicated):  # a bounded number of worker processes start at once
+                worker = await self.pool.dedicated_worker() if host.dedicated else self.pool.least_loaded()
+                worker.sessions.add(sid)
+                try:
+                    await worker.call("create", sid, host.spec)
+                except BaseException:
+                    worker.sessions.discard(sid)
+                    await self.pool.release(worker)
+                    raise
         finally:
             self.reserved[env_name] -= 1
         session = Session(sid, env_name, worker, self.clock())

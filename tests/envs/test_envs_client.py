@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from agentrl_core.env_service import EnvClient, RemoteEnv, create_app
+from agentrl_core.env_service.client import SESSION_START_TIMEOUT_S
 from agentrl_core.envs import StepResult
 from agentrl_core.envs.errors import (
     EnvError,
@@ -99,6 +100,34 @@ def test_a_step_is_retried_only_when_it_never_reached_the_server() -> None:
             rec.client().step(1, "look")
         assert rec.calls == 1, outcome  # it may have been applied: never resend
 
+
+def test_a_session_is_created_once_however_long_its_start_takes() -> None:
+    created = {"session_id": 7, "observation": "o", "info": {}}
+    for outcome in (httpx.ReadTimeout("slow"), httpx.RemoteProtocolError("dropped"), 502):
+        rec = Recorder(outcome, 200, body=created)
+        with pytest.raises(EnvServerUnavailable):
+            rec.client().create("countdown", 0)
+        assert rec.calls == 1, outcome  # sent: the server may be starting it; a resend would start a second
+    for refused in (429, 503):  # the server did nothing: sending again is safe
+        rec = Recorder(refused, 200, body=created)
+        assert rec.client().create("countdown", 0) == (7, "o", {}) and rec.calls == 2
+    rec = Recorder(connect_error(), 200, body=created)  # never reached the server
+    assert rec.client().create("countdown", 0)[0] == 7 and rec.calls == 2
+
+
+def test_a_session_start_is_given_longer_than_other_requests() -> None:
+    seen: dict[str, dict] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen[request.url.path] = request.extensions["timeout"]
+        body = {"session_id": 1, "observation": "o", "info": {}} if request.url.path == "/sessions" else {}
+        return httpx.Response(200, json=body)
+
+    client = EnvClient("http://env", timeout=5.0, transport=httpx.MockTransport(handler))
+    client.create("countdown", 0)
+    client.health()
+    assert seen["/sessions"]["read"] == SESSION_START_TIMEOUT_S and seen["/sessions"]["connect"] == 5.0
+    assert seen["/health"]["read"] == 5.0
 
 def test_zero_retries_means_one_attempt() -> None:
     rec = Recorder(connect_error())

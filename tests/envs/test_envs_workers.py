@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -26,6 +27,19 @@ class SoloBoom(Boom):
     max_sessions = 2
 
 
+class SlowSolo(Boom):
+    """A dedicated-worker env whose construction takes 0.3 s and logs when it begins and ends."""
+
+    name = "slowsolo"
+    dedicated_worker = True
+
+    def __init__(self, log: str | None = None) -> None:
+        super().__init__(log)
+        self._write(f"begin {time.monotonic()}")
+        time.sleep(0.3)
+        self._write(f"end {time.monotonic()}")
+
+
 class ShopBoom(Boom):
     """Boom answering AgentGym's convention B (env_idx), like WebShop and SQLGym."""
 
@@ -41,7 +55,7 @@ class NeedsExtra(Boom):
 
 @pytest.fixture()
 def envs(monkeypatch: pytest.MonkeyPatch) -> None:
-    for cls in (Boom, SoloBoom, ShopBoom, NeedsExtra):
+    for cls in (Boom, SoloBoom, SlowSolo, ShopBoom, NeedsExtra):
         monkeypatch.setitem(registry._REGISTRY, cls.name, cls)
 
 
@@ -114,6 +128,19 @@ def test_dedicated_workers_one_process_per_session(api: TestClient) -> None:
     assert api.get("/metrics").json()["worker_restarts"] == 0
     new_session(api, "soloboom")  # the cap counts live sessions only
 
+
+def test_a_burst_of_dedicated_sessions_starts_a_bounded_number_at_once(envs: None, tmp_path: Path) -> None:
+    log = tmp_path / "starts.log"
+    app = create_app(["slowsolo"], workers=1, worker_starts=2, env_kwargs={"slowsolo": {"log": str(log)}})
+    with TestClient(app, raise_server_exceptions=False) as tc, ThreadPoolExecutor(6) as pool:
+        sids = list(pool.map(lambda _: new_session(tc, "slowsolo"), range(6)))
+        assert len(set(sids)) == 6 and tc.get("/metrics").json()["workers_dedicated"] == 6
+    lines = [ln.split() for ln in log.read_text().splitlines() if ln.startswith(("begin", "end"))]  # not "close"
+    events = sorted((float(t), +1 if kind == "begin" else -1) for kind, t in lines)
+    running = [sum(step for _, step in events[: i + 1]) for i in range(len(events))]
+    assert len(events) == 12 and max(running) == 2  # six started, never more than two at once
+    with pytest.raises(ValueError, match="start_limit must be >= 1"):
+        create_app(["slowsolo"], worker_starts=0)
 
 def test_metrics_report_load(api: TestClient) -> None:
     sid = new_session(api, "countdown")
