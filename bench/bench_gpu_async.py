@@ -12,7 +12,8 @@ step s starts once the newest version offered, w, has s − w <= k (k = --lags);
 rollouts (HF `generate` cannot switch weights between decode steps: the lock-step path). A batch's lag
 = t − (the version that sampled it) <= k. k = 0 is the synchronous schedule through the same
 machinery: the same samples and final weights as `sync` (bit for bit on a CPU; a GPU's
-non-deterministic atomics in the backward pass may break the tie there, which the table shows). Prompts and rewards come from per-step generators, so each mode trains on the same data.
+non-deterministic atomics in the backward pass may break the tie there, which the table shows).
+Prompts and rewards come from per-step generators, so each mode trains on the same data.
 
     steps/hour  = 3600 · (n − 1) / (end of the last update − end of the first), the first step a warm-up
     trainer wait = seconds the trainer sat idle for its batch; rollout wait = the rollout thread held back
@@ -89,7 +90,8 @@ def new_model(args: argparse.Namespace, device: torch.device) -> torch.nn.Module
     return tiny_model(device) if args.tiny else build_model(device, grad_ckpt=False)
 
 
-def step_data(args: argparse.Namespace, vocab: int, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def step_data(args: argparse.Namespace, vocab: int, step: int,
+              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Step `step`'s prompts [prompts·group, prompt_len] and rewards, from a generator of its own: every mode
     sees the same data whatever order its threads draw in."""
     gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)

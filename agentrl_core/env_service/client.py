@@ -4,8 +4,8 @@ Transient failures (connection errors, timeouts, 429, 502/503/504) are retried a
 of times with exponential backoff; a step is retried only when the connection was never made
 (it may otherwise have been applied), and a session's creation also when the server refused it
 (429/503: nothing was created) but never after a sent request went unanswered: resending it would
-start a second session, and a worker process with it, beside the one the server may still be starting. Every other failure becomes a typed exception named for
-the boundary (see `agentrl_core.envs.errors`).
+start a second session, and a worker process with it, beside the one the server may still be starting.
+Every other failure becomes a typed exception named for the boundary (see `agentrl_core.envs.errors`).
 """
 
 from __future__ import annotations

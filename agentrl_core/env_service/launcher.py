@@ -22,6 +22,7 @@ def launch_server(
     env_kwargs: dict[str, dict[str, Any]] | None = None,
     log_level: str = "warning",
     workers: int | None = None,
+    worker_starts: int | None = None,
 ) -> ServerProcess:
     """Start `python -m agentrl_core.env_service.server` as a subprocess and wait until it is healthy.
 
@@ -34,5 +35,7 @@ def launch_server(
         args += ["--envs", ",".join(env_names)]
     if workers:
         args += ["--workers", str(workers)]
+    if worker_starts:
+        args += ["--worker-starts", str(worker_starts)]
     return spawn_server("agentrl_core.env_service.server", args, what="env server", host=host, port=port,
                         startup_timeout=startup_timeout)

@@ -288,6 +288,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--workers", type=int, default=None, help="shared env worker processes (default: one per core, at most 8)"
     )
     p.add_argument(
+        "--worker-starts", type=int, default=None,
+        help="per-session worker processes (ALFWorld, ScienceWorld) starting at once (default: one per core)",
+    )
+    p.add_argument(
         "--env-kwargs", default="{}", help='JSON: constructor kwargs per env, e.g. {"household": {"max_steps": 16}}'
     )
     return p.parse_args(argv)
@@ -306,6 +310,7 @@ def serve(
     workers: int | None = None,
     allow_unauthenticated: bool = False,
     max_body_mb: float | None = None,
+    worker_starts: int | None = None,
 ) -> None:
     """Serve in the foreground until SIGINT/SIGTERM (sessions are closed on the way out).
 
@@ -318,7 +323,7 @@ def serve(
     check_bind(host, server_token(), allow_unauthenticated=allow_unauthenticated, what="env server")
     limit = BodyLimit.resolve(MAX_BODY_BYTES, MAX_BODY_ENV, max_body_mb)
     app = create_app(env_names, max_sessions, session_ttl_s=session_ttl_s, env_kwargs=env_kwargs, workers=workers,
-                     body_limit=limit)
+                     body_limit=limit, worker_starts=worker_starts)
     run_app(app, host, port, log_level=log_level, port_file=port_file, banner="agentrl env server on http://{}",
             allow_unauthenticated=allow_unauthenticated)
 
@@ -333,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_sessions=args.max_sessions, session_ttl_s=args.session_ttl,
             env_kwargs=json.loads(args.env_kwargs), log_level=args.log_level, port_file=args.port_file,
             workers=args.workers, allow_unauthenticated=args.allow_unauthenticated, max_body_mb=args.max_body_mb,
+            worker_starts=args.worker_starts,
         )
     except (EnvError, ServerStartError, ValueError, UnauthenticatedBindError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

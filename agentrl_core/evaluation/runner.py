@@ -65,7 +65,8 @@ def play_eval_episodes(
     """Play the first `n_tasks` tasks of `split` (or exactly `task_ids`) k = cfg.k times each through any engine.
 
     Sample j samples with seed cfg.seed + j; every sample of a task resets the environment with
-    the same `env_seed`, so the k samples are k attempts at one task (what pass@k assumes).
+    the same `env_seed`, so the k samples are k attempts at one task (what pass@k assumes). At most
+    cfg.batch_size episodes, and env sessions, are open at once.
     """
     chat = ChatFormat(tokenizer)
     trajs: list[Trajectory] = []
@@ -77,7 +78,7 @@ def play_eval_episodes(
             specs = [EpisodeSpec(task_id=t, group=g, sample=j, seed=env_seed) for g, t in enumerate(task_ids)]
             turn_done = _turn_progress(on_progress, j, cfg.k, limits.max_turns)
             trajs += run_episodes(engine, chat, lambda: RemoteEnv(client, env_name), specs, cfg.sampling, limits,
-                                  seed=cfg.seed + j, on_turn=turn_done)
+                                  seed=cfg.seed + j, on_turn=turn_done, max_live=cfg.batch_size)
             if on_progress is not None:
                 on_progress((j + 1) * limits.max_turns, cfg.k * limits.max_turns)
     return trajs

@@ -22,7 +22,7 @@ __all__ = ["EpisodeSpec", "LoopLimits", "run_episodes"]
 def run_episodes(
     engine: Engine, chat: ChatFormat, env_factory: Callable[[], Env], specs: Sequence[EpisodeSpec],
     sampling: SamplingConfig, limits: LoopLimits, *, seed: int = 0, workers: int = 8,
-    on_turn: Callable[[int, int], None] | None = None,
+    on_turn: Callable[[int, int], None] | None = None, max_live: int | None = None,
 ) -> list[Trajectory]:
     """Play every spec to the end; returns one trajectory per spec, in order.
 
@@ -31,10 +31,30 @@ def run_episodes(
     clocks. Any other engine runs in lock-step: each turn generates for all live episodes in one
     batch, then steps their environments in parallel. Either way a failure of one environment ends
     that episode with `error` set; the batch goes on.
+
+    `max_live`: at most this many episodes (env sessions) open at once — the continuous loop opens the next
+    as one ends (default there: the engine's max_batch); the lock-step loop plays the specs in waves of
+    `max_live`, one after the other (default: one wave).
     """
     if getattr(engine, "continuous", False):
         return run_continuous(engine, chat, env_factory, specs, sampling, limits, seed=seed, workers=workers,
-                              on_turn=on_turn)
+                              on_turn=on_turn, max_live=max_live)
+    if max_live is not None and max_live < 1:
+        raise ValueError(f"max_live must be >= 1, got {max_live}")
+    size = max_live or max(1, len(specs))
+    trajs: list[Trajectory] = []
+    for wave in range(0, len(specs), size):
+        trajs += _lock_step(engine, chat, env_factory, specs[wave:wave + size], sampling, limits, seed, workers,
+                            on_turn)
+    return trajs
+
+
+def _lock_step(
+    engine: Engine, chat: ChatFormat, env_factory: Callable[[], Env], specs: Sequence[EpisodeSpec],
+    sampling: SamplingConfig, limits: LoopLimits, seed: int, workers: int,
+    on_turn: Callable[[int, int], None] | None,
+) -> list[Trajectory]:
+    """Every spec at once: each turn one generate() for the live episodes, then their env steps in parallel."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         episodes = list(pool.map(lambda s: open_episode(env_factory, chat, s), specs))
         for turn in range(limits.max_turns):

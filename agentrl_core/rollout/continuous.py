@@ -11,6 +11,12 @@ a reply finished at engine step s is joined at engine step s + `env_lag` (waitin
 it is late), and episodes rejoin in index order. Each episode samples from its own generator,
 seeded from (seed, episode index), so its draws do not depend on the batch it shares.
 
+At most `max_live` episodes are open at once (default: the engine's `max_batch`, else all): the
+rest wait their turn, in index order, and each opens (its env session created and reset, on a
+worker thread, joined like an env step) when an episode ends. An env with a process per session
+(ALFWorld) then runs `max_live` processes, not one per task: 200 test games at once were 200
+processes of ~70-100 MB beside the model, and the machine ran out of memory.
+
 Failures stay data, as in the lock-step loop: an environment error ends that episode with
 `error` set; an engine error (e.g. out of memory) fails the episodes it was generating for.
 """
@@ -38,37 +44,44 @@ other live episode, so light environments never make it wait)."""
 def run_continuous(
     engine: Any, chat: ChatFormat, env_factory: Callable[[], Env], specs: Sequence[EpisodeSpec],
     sampling: SamplingConfig, limits: LoopLimits, *, seed: int = 0, workers: int = 8,
-    on_turn: Callable[[int, int], None] | None = None, env_lag: int = ENV_LAG_STEPS,
+    on_turn: Callable[[int, int], None] | None = None, env_lag: int = ENV_LAG_STEPS, max_live: int | None = None,
 ) -> list[Trajectory]:
-    """Play every spec to the end through a continuous engine; one trajectory per spec, in order."""
+    """Play every spec to the end through a continuous engine; one trajectory per spec, in order. At most
+    `max_live` (default `engine.max_batch`, else every spec) are open at once (see the module docstring)."""
+    window = max_live or getattr(engine, "max_batch", None) or len(specs)
+    if window < 1:
+        raise ValueError(f"max_live must be >= 1, got {window}")
     with ThreadPoolExecutor(max_workers=max(workers, min(64, len(specs)))) as pool:
-        episodes = list(pool.map(lambda s: open_episode(env_factory, chat, s), specs))
-        _Loop(engine, chat, episodes, sampling, limits, seed, pool, env_lag, on_turn).run()
-    return [e.traj for e in episodes]
+        first = list(pool.map(lambda s: open_episode(env_factory, chat, s), specs[:window]))
+        opener = lambda s: open_episode(env_factory, chat, s)  # noqa: E731
+        loop = _Loop(engine, chat, first, specs, opener, sampling, limits, seed, pool, env_lag, on_turn)
+        loop.run()
+    return [e.traj for e in loop.episodes]
 
 
 class _Loop:
     """The state of one continuous run: which episode waits on the engine, which on its environment."""
 
-    def __init__(self, engine: Any, chat: ChatFormat, episodes: list[Episode], sampling: SamplingConfig,
-                 limits: LoopLimits, seed: int, pool: ThreadPoolExecutor, env_lag: int,
-                 on_turn: Callable[[int, int], None] | None) -> None:
-        self.engine, self.chat, self.episodes, self.sampling, self.limits = engine, chat, episodes, sampling, limits
+    def __init__(self, engine: Any, chat: ChatFormat, opened: list[Episode], specs: Sequence[EpisodeSpec],
+                 opener: Callable[[EpisodeSpec], Episode], sampling: SamplingConfig, limits: LoopLimits, seed: int,
+                 pool: ThreadPoolExecutor, env_lag: int, on_turn: Callable[[int, int], None] | None) -> None:
+        self.engine, self.chat, self.sampling, self.limits = engine, chat, sampling, limits
+        self.specs, self.opener = specs, opener
+        self.episodes: list[Episode] = list(opened)  # episode i is opened once the i - 1 before it were
         self.pool, self.env_lag, self.on_turn = pool, max(0, env_lag), on_turn
         sampled = sampling.temperature > 0
-        self.generators = [make_generator(seed, i, engine.device) if sampled else None for i in range(len(episodes))]
-        self.keys = [object() for _ in episodes]  # engine sequence names, unique to this run
-        self.played = [0] * len(episodes)  # turns each episode has played
-        self.done = [ep.env is None for ep in episodes]
+        self.generators = [make_generator(seed, i, engine.device) if sampled else None for i in range(len(specs))]
+        self.keys = [object() for _ in specs]  # engine sequence names, unique to this run
+        self.played = [0] * len(specs)  # turns each episode has played
+        self.done = [False] * len(specs)
         self.owner: dict[int, int] = {}  # engine request id -> episode index
-        self.env_jobs: dict[int, tuple[Future[None], int]] = {}  # episode index -> (env step, due engine step)
+        self.env_jobs: dict[int, tuple[Future[Any], int]] = {}  # episode index -> (env step or opening, due step)
         self.clock = 0
         self.reported = 0
 
     def run(self) -> None:
-        for i, ep in enumerate(self.episodes):
-            if ep.env is not None:
-                self._submit(i)
+        for i in range(len(self.episodes)):
+            self._opened(i)
         while True:
             self._join_due()
             if self.engine.has_work():
@@ -79,6 +92,21 @@ class _Loop:
             else:
                 break
         self._report_progress()
+
+    def _opened(self, i: int) -> None:
+        """Episode i is open: its first turn goes to the engine (a failed reset ends it at once)."""
+        if self.episodes[i].env is None:
+            self._ended(i)
+        else:
+            self._submit(i)
+
+    def _ended(self, i: int) -> None:
+        """Episode i is over: the next waiting spec opens in its place (on a worker thread, joined when due)."""
+        self.done[i] = True
+        nxt = len(self.episodes)
+        if nxt < len(self.specs):
+            self.episodes.append(None)  # type: ignore[arg-type]  (filled when its opening is joined)
+            self.env_jobs[nxt] = (self.pool.submit(self.opener, self.specs[nxt]), self.clock + self.env_lag)
 
     def _submit(self, i: int) -> None:
         rid = self.engine.submit(self.episodes[i].traj.token_ids, self.sampling, key=self.keys[i],
@@ -100,19 +128,23 @@ class _Loop:
 
     def _fail_generating(self, err: Exception) -> None:
         self.engine.abort()
-        for i in self.owner.values():
+        failed, self.owner = sorted(self.owner.values()), {}
+        for i in failed:
             ep = self.episodes[i]
             ep.traj.error = f"engine failed: {type(err).__name__}: {err}"
             finish_episode(ep)
-            self.done[i] = True
-        self.owner.clear()
+            self._ended(i)
 
     def _join_due(self) -> None:
         """Collect the environment steps due by now (in episode order) and start the next turns."""
         for i in sorted(i for i, (_, due) in self.env_jobs.items() if due <= self.clock):
             job, _ = self.env_jobs.pop(i)
-            job.result()  # advance() records env failures on the trajectory; anything else is a bug
-            self._after_env(i)
+            result = job.result()  # advance()/open_episode record env failures on the trajectory; else a bug
+            if self.episodes[i] is None:  # an opening
+                self.episodes[i] = result
+                self._opened(i)
+            else:
+                self._after_env(i)
         self._report_progress()
 
     def _after_env(self, i: int) -> None:
@@ -122,8 +154,8 @@ class _Loop:
             ep.traj.truncated = True  # still running after max_turns
             finish_episode(ep)
         if ep.env is None:
-            self.done[i] = True
             self.engine.release(self.keys[i])
+            self._ended(i)
         else:
             self._submit(i)
 

@@ -143,3 +143,59 @@ def test_an_engine_failure_fails_its_episodes_not_the_run(tiny):
     trajs = run_episodes(BrokenEngine(model, tok), chat, household, _specs(3),
                          SamplingConfig(temperature=1.0, max_new_tokens=4), LoopLimits(3, 2048))
     assert trajs and all(t.error and "out of memory" in t.error for t in trajs)
+
+
+class CountedEnv(FlakyEnv):
+    """Household (no step fails), counting the sessions open at once (reset to close); task 4's reset fails."""
+
+    name = "counted"
+    open_now = 0
+    most_open = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted = False
+
+    def _reset(self, *, task_id, seed, options):
+        if task_id == 4:
+            raise EnvError("task 4 cannot be reset")
+        if not self.counted:
+            self.counted = True
+            CountedEnv.open_now += 1
+            CountedEnv.most_open = max(CountedEnv.most_open, CountedEnv.open_now)
+        return self.inner.reset(task_id=task_id, seed=seed)
+
+    def _step(self, action) -> StepResult:
+        return self.inner.step(action)
+
+    def close(self) -> None:
+        if self.counted:
+            CountedEnv.open_now -= 1
+            self.counted = False
+
+
+@pytest.mark.parametrize("max_batch", [None, 2])
+def test_at_most_the_engines_batch_of_episodes_is_open_at_once(tiny, max_batch):
+    model, tok, chat = tiny
+    sampling, limits = SamplingConfig(temperature=1.0, max_new_tokens=6), LoopLimits(3, 2048)
+    CountedEnv.open_now = CountedEnv.most_open = 0
+    trajs = run_episodes(NativeEngine(model, tok, max_batch=max_batch), chat, CountedEnv, _specs(7), sampling, limits,
+                         seed=5)
+    assert [t.task_id for t in trajs] == list(range(7)) and CountedEnv.open_now == 0
+    assert CountedEnv.most_open == (6 if max_batch is None else 2)  # task 4 never opened
+    assert trajs[4].error and "task 4 cannot be reset" in trajs[4].error
+    assert all(t.error is None and t.num_turns >= 1 for i, t in enumerate(trajs) if i != 4)
+    if max_batch == 2:  # each episode samples from its own generator: the window changes no draw
+        wide = run_episodes(NativeEngine(model, tok), chat, CountedEnv, _specs(7), sampling, limits, seed=5)
+        assert all(_same(a, b) for a, b in zip(trajs, wide))
+
+
+def test_the_lock_step_loop_plays_in_waves_of_max_live(tiny):
+    model, tok, chat = tiny
+    sampling, limits = SamplingConfig(temperature=0.0, max_new_tokens=4), LoopLimits(2, 2048)
+    CountedEnv.open_now = CountedEnv.most_open = 0
+    trajs = run_episodes(HFEngine(model, tok), chat, CountedEnv, _specs(5), sampling, limits, max_live=2)
+    assert [t.task_id for t in trajs] == list(range(5)) and CountedEnv.most_open == 2 and CountedEnv.open_now == 0
+    assert trajs[4].error and all(t.error is None for t in trajs[:4])
+    with pytest.raises(ValueError, match="max_live must be >= 1"):
+        run_episodes(HFEngine(model, tok), chat, CountedEnv, _specs(2), sampling, limits, max_live=0)

@@ -84,6 +84,12 @@ class NativeEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def max_batch(self) -> int | None:
+        """The most requests decoded at once (None: as many as the KV cache holds); the continuous agent loop
+        keeps this many episodes open."""
+        return self.scheduler.max_running
+
     def _cache_dtype(self) -> torch.dtype:
         if self.autocast == "bfloat16":
             return torch.bfloat16
