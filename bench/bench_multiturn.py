@@ -102,6 +102,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--val-tasks", type=int, default=64, help="validation tasks (training range, never trained on)")
     p.add_argument("--val-every", type=int, default=5, help="validate the RL policy every N steps (0: never)")
     p.add_argument("--no-control", action="store_true", help="skip the SFT control")
+    p.add_argument("--sft-start", type=Path, default=None,
+                   help="an SFT export to start every seed's RL from (chosen earlier, on validation): no SFT grid here")
     p.add_argument("--no-base", action="store_true",
                    help="skip scoring the base model (it scores 0%% on household and ALFWorld: a long eval of nothing)")
     p.add_argument("--all-arms-seeds", type=int, default=None,
@@ -182,6 +184,10 @@ class Bench:
         print(f"{label}: test {self.tests[label].success_text()}", flush=True)
 
 
+GIVEN_START = SftSetting(0, 0)
+"""The SFT start of `--sft-start` (shown as "0x0": not trained by this run)."""
+
+
 def check_estimator(stage_dir: Path, advantage: str) -> None:
     """Refuse to score an arm that did not train with its own estimator (as the stage recorded it)."""
     trained = json.loads((stage_dir / ALGORITHM_FILE).read_text())["advantage"]
@@ -192,7 +198,10 @@ def check_estimator(stage_dir: Path, advantage: str) -> None:
 
 def run_seed(bench: Bench, seed: int, base: Path, chosen: SftSetting | None, all_arms: bool) -> SftSetting:
     """The whole pipeline for one seed: SFT start, RL runs, SFT control (all_arms), test scores."""
-    if chosen is None:
+    if bench.args.sft_start is not None:  # given: scored on test here like a trained one, no control (no SFT time)
+        chosen, sft = GIVEN_START, bench.args.sft_start
+        bench.minutes[f"sft{chosen}-seed{seed}"] = 0.0
+    elif chosen is None:
         chosen, sft = bench.choose_sft(seed, base)
     else:
         sft = bench.sft(f"sft{chosen}-seed{seed}", seed, chosen, base)
@@ -202,7 +211,7 @@ def run_seed(bench: Bench, seed: int, base: Path, chosen: SftSetting | None, all
     for algorithm in bench.args.algorithms if all_arms else bench.args.algorithms[:1]:
         bench.test(f"{algorithm}-seed{seed}", seed, bench.rl(algorithm, seed, sft))
         rl_minutes.append(bench.minutes[f"{algorithm}-seed{seed}"])
-    if all_arms and not bench.args.no_control:
+    if all_arms and not bench.args.no_control and bench.args.sft_start is None:
         scale = (bench.minutes[sft_label] + max(rl_minutes)) / bench.minutes[sft_label]
         control = SftSetting(round(chosen.demos * scale), chosen.epochs)
         bench.test(f"sft-control-seed{seed}", seed, bench.sft(f"sftcontrol{control}-seed{seed}", seed, control, base))
@@ -298,8 +307,9 @@ def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
     figures.update({f"minutes_{k}": v for k, v in bench.minutes.items()})
     figures["minutes_total"] = wall_s / 60
     print(describe_cpu())
-    print_table(f"{cfg.env.name}: {len(bench.test_ids)} test tasks, greedy; SFT start {chosen} chosen on "
-                f"{len(bench.val_ids)} validation tasks", figures)
+    start = (f"SFT start given ({args.sft_start})" if args.sft_start is not None
+             else f"SFT start {chosen} chosen on {len(bench.val_ids)} validation tasks")
+    print_table(f"{cfg.env.name}: {len(bench.test_ids)} test tasks, greedy; {start}", figures)
     for label, s in bench.tests.items():
         print(f"  {label:>22}: {s.success_text()}")
     for c in comps:
@@ -315,8 +325,9 @@ def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
               + ", ".join(f"{100 * c.diff:+.1f} [{100 * c.low:+.1f}, {100 * c.high:+.1f}]" for c in mine))
     plot(runs, Path(args.root) / "curves.png")
     save_json(args.json or str(Path(args.root) / "bench_multiturn.json"), {
-        "args": {k: (list(map(str, v)) if k == "sft_grid" else v) for k, v in vars(args).items()},
-        "cpu": describe_cpu(), "figures": figures, "sft_start": str(chosen),
+        "args": {k: (list(map(str, v)) if k == "sft_grid" else str(v) if isinstance(v, Path) else v)
+                 for k, v in vars(args).items()},
+        "cpu": describe_cpu(), "figures": figures, "sft_start": str(args.sft_start or chosen),
         "tests": {k: v.to_dict() for k, v in bench.tests.items()}, "comparisons": [c.to_dict() for c in comps],
         "by_task_type": types, "curves": runs, "validation_ids": bench.val_ids, "test_ids": bench.test_ids})
 
