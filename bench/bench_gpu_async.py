@@ -43,16 +43,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_gpu_grpo import build_model, group_advantages, rollout, train_step  # noqa: E402
+from bench.bench_gpu_grpo import add_batch_args, build_model, group_advantages, rollout, train_step  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--prompts", type=int, default=8, help="tasks per step")
-    p.add_argument("--group", type=int, default=8, help="samples per prompt (the GRPO group)")
-    p.add_argument("--prompt-len", type=int, default=256)
-    p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--micro", type=int, default=16, help="sequences per training micro-batch")
+    p = add_batch_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     p.add_argument("--steps", type=int, default=6, help="GRPO steps per mode, the first one a warm-up (at least 2)")
     p.add_argument("--lags", type=int, nargs="+", default=[0, 1, 2], help="max_policy_lag of each async mode")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])

@@ -28,13 +28,19 @@ import time
 import torch
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_batch_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The step's shape: tasks, group, prompt and reply lengths, training micro-batch (shared with
+    bench_gpu_async.py)."""
     p.add_argument("--prompts", type=int, default=8, help="tasks per step")
     p.add_argument("--group", type=int, default=8, help="samples per prompt (the GRPO group)")
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--micro", type=int, default=16, help="sequences per training micro-batch")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = add_batch_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     p.add_argument("--steps", type=int, default=4, help="GRPO steps, the first one a warm-up")
     p.add_argument("--matmul-n", type=int, default=8192)
     p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing in training")
