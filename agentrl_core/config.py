@@ -421,7 +421,12 @@ class TrainerConfig(Section):
     optim: OptimConfig = OptimConfig(lr=2e-6)
     """Optimizer of the GRPO stage."""
     ppo_epochs: int = Field(1, ge=1)
-    """Optimizer steps per rollout batch (PPO epochs); above 1 the old log-probs are recomputed and clipping acts."""
+    """Passes over each rollout batch (PPO epochs); above 1 the old log-probs are recomputed and clipping acts."""
+    ppo_mini_batches: int = Field(1, ge=1)
+    """Optimizer steps per pass: the batch is cut into this many mini-batches of whole groups (at most one per
+    task), each its own step (verl's ppo_mini_batch_size = batch / this); above 1 the old log-probs come from
+    the policy before the first step (recomputed, or the engine's) and clipping acts. A step of the stage then
+    takes ppo_epochs x ppo_mini_batches optimizer steps; the lr schedule and warm-up count optimizer steps."""
     old_logprobs: Literal["recompute", "engine"] = "recompute"
     """Where the PPO ratio's old log-probs come from. recompute: the policy before the update (with one
     epoch the current log-probs detached, ratio 1, no extra pass; with more, one no-grad forward over the
@@ -543,6 +548,12 @@ class RecipeConfig(Section):
     def run_dir(self) -> Path:
         """The run folder."""
         return Path(self.run.root) / self.run.name
+
+    @property
+    def grpo_optimizer_steps(self) -> int:
+        """Optimizer steps of the whole GRPO stage: steps x ppo_epochs x mini-batches (at most one per task)."""
+        per_pass = min(self.trainer.ppo_mini_batches, self.rollout.tasks_per_step)
+        return self.trainer.steps * self.trainer.ppo_epochs * per_pass
 
     @model_validator(mode="after")
     def _check_names(self) -> "RecipeConfig":

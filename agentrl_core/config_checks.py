@@ -181,9 +181,14 @@ def _odd_sizes(cfg: Recipe) -> list[str]:
         notes.append(f"sft.demos={cfg.sft.demos} exceeds env.train_tasks={cfg.env.train_tasks}: SFT gets "
                      f"{cfg.env.train_tasks} demonstrations")
     warmup = cfg.trainer.optim.warmup_steps
-    if 0 < cfg.trainer.steps <= warmup:
-        notes.append(f"trainer.optim.warmup_steps={warmup} >= trainer.steps={cfg.trainer.steps}: the GRPO "
-                     "learning rate never reaches trainer.optim.lr")
+    if 0 < cfg.grpo_optimizer_steps <= warmup:
+        notes.append(f"trainer.optim.warmup_steps={warmup} >= the stage's {cfg.grpo_optimizer_steps} optimizer steps "
+                     "(trainer.steps x ppo_epochs x ppo_mini_batches): the GRPO learning rate never reaches "
+                     "trainer.optim.lr")
+    if cfg.trainer.ppo_mini_batches > cfg.rollout.tasks_per_step:
+        notes.append(f"trainer.ppo_mini_batches={cfg.trainer.ppo_mini_batches} exceeds rollout.tasks_per_step="
+                     f"{cfg.rollout.tasks_per_step}: a mini-batch holds whole groups, so each pass takes "
+                     f"{cfg.rollout.tasks_per_step} optimizer steps")
     if cfg.experience.enabled and cfg.experience.mode == "mixed":
         n = cfg.rollout.group_size
         m = min(n, math.floor(cfg.experience.rollout_ratio * n + 0.5))

@@ -33,7 +33,7 @@ class TrainerWorker:
         malloc_tuning.adopt()  # started with the tuned malloc (actor_options): keep it from any child process
         torch.manual_seed(cfg.trainer.seed)
         self.cfg = cfg
-        self.session = open_session(Path(stage_dir), Path(init_model), cfg.trainer.optim, cfg.trainer.steps,
+        self.session = open_session(Path(stage_dir), Path(init_model), cfg.trainer.optim, cfg.grpo_optimizer_steps,
                                     resume=cfg.trainer.resume, dtype=cfg.model.dtype,
                                     gradient_checkpointing=cfg.model.gradient_checkpointing, lora=cfg.model.lora)
         self.ref_model = reference_model(cfg, Path(init_model), self.session)
@@ -51,7 +51,8 @@ class TrainerWorker:
         cfg, session = self.cfg, self.session
         session.model.train()
         ctx = update_context(session, cfg, self.pad_id, self.ref_model)
-        metrics = policy_update(ctx, list(usable), epochs=cfg.trainer.ppo_epochs) if usable else {}
+        metrics = policy_update(ctx, list(usable), epochs=cfg.trainer.ppo_epochs,
+                                mini_batches=cfg.trainer.ppo_mini_batches) if usable else {}
         session.model.eval()
         return metrics | check_peak(None, session.start_step)  # this trainer process's peak so far
 

@@ -53,7 +53,8 @@ def grpo_step(session: TrainingSession, engine: Engine, chat: ChatFormat, env_fa
         session.model.train()
         if usable:
             metrics.update(policy_update(update_context(session, cfg, engine.pad_id, ref_model), usable,
-                                         epochs=cfg.trainer.ppo_epochs))
+                                         epochs=cfg.trainer.ppo_epochs,
+                                         mini_batches=cfg.trainer.ppo_mini_batches))
         sync_engine(engine, session, cfg)
     metrics.update(timings)
     gen_tokens = sum(t.response_tokens for t in trajs)
@@ -137,8 +138,8 @@ def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: P
     if plan is not None:  # KV cache, micro-batches and checkpointing sized from the memory budget
         cfg = apply_plan(cfg, plan)
         log.info("%s", plan.describe())
-    session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.trainer.steps, resume=cfg.trainer.resume,
-                           dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,
+    session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.grpo_optimizer_steps,
+                           resume=cfg.trainer.resume, dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,
                            lora=cfg.model.lora, trainer=cfg.trainer)
     engine = rollout_engine(cfg, session, init_model)
     chat = ChatFormat(session.tokenizer)

@@ -115,17 +115,21 @@ def _turns(traj: Trajectory) -> list[alg.StepTurn]:
             for k, ((start, end), state) in enumerate(zip(traj.action_spans, traj.observation_keys))]
 
 
-def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int = 1) -> dict[str, float]:
-    """`epochs` optimizer steps over the batch, each accumulating all micro-batches.
+def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int = 1,
+                  mini_batches: int = 1) -> dict[str, float]:
+    """`epochs` passes over the batch, each taking one optimizer step per mini-batch (`epochs * m` steps).
 
-    loss = agg(w_tis * pg_loss) + β·agg(KL(π‖π_ref)) − c_H·agg(H), every term normalised by the global
-    batch so micro-batching does not change it. Rewards are shaped first (overlong, KL in the
-    reward) and advantages computed over the whole batch. The old log-probs are the policy's
-    before the first step: with one epoch they equal the current ones (detached, ratio = 1, no
-    extra forward); with more they come from a no-grad pass and the PPO clip becomes active. With
-    ctx.old_logprobs = "engine" the engine's log-probs are used instead, and no pass is needed.
-    entropy, clipfrac, rollout_logp_diff and entropy/turn_k are token means over the rows that ran
-    (training.update_diagnostics), not shrunk by the zero-advantage rows `rows_with_gradient` skips.
+    loss_j = agg_j(w_tis * pg_loss) + β·agg_j(KL(π‖π_ref)) − c_H·agg_j(H) for mini-batch j, every term
+    normalised by mini-batch j's tokens (or samples) so micro-batching does not change it. Rewards are
+    shaped first (overlong, KL in the reward) and advantages computed over the whole batch, before any
+    step; the batch is then cut into m = min(mini_batches, groups) mini-batches of whole groups (verl's
+    ppo_mini_batch_size: more updates from one rollout). The old log-probs are the policy's before the
+    first step: with one step they equal the current ones (detached, ratio = 1, no extra forward); with
+    more they come from one no-grad pass and the PPO clip becomes active. With ctx.old_logprobs =
+    "engine" the engine's log-probs are used instead, and no pass is needed. entropy, clipfrac,
+    rollout_logp_diff and entropy/turn_k are token means over the rows that ran
+    (training.update_diagnostics), not shrunk by the zero-advantage rows `rows_with_gradient` skips;
+    the loss terms and grad_norm are means over the optimizer steps.
     """
     cfg = ctx.algorithm
     trajs = select_samples(trajs, cfg)
@@ -134,29 +138,66 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     rewards = shaped_rewards(ctx, trajs, plan_batches(ctx, trajs) if cfg.kl_reward_coef > 0 else [])
     adv = token_advantages(trajs, rewards, cfg)
     mask = target_mask(trajs)
-    norm = alg.LossNorm(global_tokens=float(mask.sum().clamp(min=1)), global_seqs=float(len(trajs)),
-                        scale_tokens=float(cfg.loss_scale_tokens))
-    rows = rows_with_gradient(adv, mask, cfg)
-    if not rows and not getattr(ctx.backend, "steps_without_backward", False):
-        rows = list(range(len(trajs)))  # this backend's step needs a backward first (DeepSpeed)
-    batches = plan_batches(ctx, [trajs[i] for i in rows])
-    turns = turn_index(trajs)[rows]
-    for mb in batches:
-        mb.advantages = adv[rows][mb.index, : mb.target_mask.shape[1]] * mb.target_mask
-    olds = _old_logprobs(ctx, batches, epochs)
+    turns = turn_index(trajs)
+    parts = [_plan_part(ctx, trajs, idx, adv, mask) for idx in split_groups(trajs, mini_batches)]
+    steps = epochs * len(parts)
+    olds = [_old_logprobs(ctx, part.batches, steps) for part in parts]
     totals: dict[str, float] = {}
     diag = Diagnostics()
     for _ in range(epochs):
-        for mb, old in zip(batches, olds):
-            for k, v in _micro_step(ctx, mb, norm, old, diag, turns[mb.index, : mb.target_mask.shape[1]]).items():
-                totals[k] = totals.get(k, 0.0) + v / epochs
-        totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / epochs
+        for part, old in zip(parts, olds):
+            for mb, mb_old in zip(part.batches, old):
+                mb_turns = turns[part.rows][mb.index, : mb.target_mask.shape[1]]
+                out = _micro_step(ctx, mb, part.norm, mb_old, diag, mb_turns)
+                for k, v in out.items():
+                    totals[k] = totals.get(k, 0.0) + v / steps
+            totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / steps
     seq_adv = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
     totals.update(diag.means())
     totals.update(adv_abs_mean=float(seq_adv.abs().mean()), lr=ctx.backend.lr,
-                  micro_batches=float(len(batches)), samples_trained=float(len(trajs)),
-                  samples_backpropagated=float(len(rows)), shaped_reward_mean=float(rewards.mean()))
+                  micro_batches=float(sum(len(p.batches) for p in parts)), mini_batches=float(len(parts)),
+                  samples_trained=float(len(trajs)), samples_backpropagated=float(sum(len(p.rows) for p in parts)),
+                  shaped_reward_mean=float(rewards.mean()))
     return totals
+
+
+def split_groups(trajs: Sequence[Trajectory], mini_batches: int) -> list[list[int]]:
+    """The batch's indices cut into min(mini_batches, groups) parts of whole groups, in the order groups first
+    appear, part sizes (in groups) differing by at most one; one part, in batch order, when m = 1."""
+    if mini_batches <= 1:
+        return [list(range(len(trajs)))]
+    order: dict[int, list[int]] = {}
+    for i, t in enumerate(trajs):
+        order.setdefault(t.group, []).append(i)
+    groups = list(order.values())
+    m = max(1, min(mini_batches, len(groups)))
+    bounds = [round(k * len(groups) / m) for k in range(m + 1)]
+    return [[i for g in groups[bounds[k]:bounds[k + 1]] for i in g] for k in range(m)]
+
+
+@dataclass
+class _Part:
+    """One mini-batch: the batch rows it back-propagates, their micro-batches, and its loss normalisation."""
+
+    rows: list[int]
+    batches: list[MicroBatch]
+    norm: Any
+
+
+def _plan_part(ctx: UpdateContext, trajs: Sequence[Trajectory], idx: list[int], adv: torch.Tensor,
+               mask: torch.Tensor) -> _Part:
+    """Mini-batch `idx` (batch rows): normalised by all its rows' tokens and samples, back-propagating those
+    `rows_with_gradient` keeps, each micro-batch carrying its rows' advantages."""
+    norm = alg.LossNorm(global_tokens=float(mask[idx].sum().clamp(min=1)), global_seqs=float(len(idx)),
+                        scale_tokens=float(ctx.algorithm.loss_scale_tokens))
+    keep = rows_with_gradient(adv[idx], mask[idx], ctx.algorithm)
+    if not keep and not getattr(ctx.backend, "steps_without_backward", False):
+        keep = list(range(len(idx)))  # this backend's step needs a backward first (DeepSpeed)
+    rows = [idx[k] for k in keep]
+    batches = plan_batches(ctx, [trajs[i] for i in rows])
+    for mb in batches:
+        mb.advantages = adv[rows][mb.index, : mb.target_mask.shape[1]] * mb.target_mask
+    return _Part(rows, batches, norm)
 
 
 def rows_with_gradient(adv: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConfig) -> list[int]:
@@ -200,12 +241,12 @@ def _logprobs(ctx: UpdateContext, model: Any, mb: MicroBatch) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _old_logprobs(ctx: UpdateContext, batches: list[MicroBatch], epochs: int) -> list[torch.Tensor | None]:
-    """log π_old per micro-batch: the engine's, a no-grad forward (epochs > 1), or None (one epoch: the
-    current log-probs, detached, stand in)."""
+def _old_logprobs(ctx: UpdateContext, batches: list[MicroBatch], steps: int) -> list[torch.Tensor | None]:
+    """log π_old per micro-batch: the engine's, a no-grad forward (more than one optimizer step), or None
+    (one step: the current log-probs, detached, stand in)."""
     if ctx.old_logprobs == "engine":
         return [mb.engine_logprobs for mb in batches]
-    if epochs > 1:
+    if steps > 1:
         return [_logprobs(ctx, ctx.model, mb) for mb in batches]
     return [None] * len(batches)
 
