@@ -139,8 +139,9 @@ def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: P
         cfg = apply_plan(cfg, plan)
         log.info("%s", plan.describe())
     session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.grpo_optimizer_steps,
-                           resume=cfg.trainer.resume, dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,
-                           lora=cfg.model.lora, trainer=cfg.trainer)
+                           resume=cfg.trainer.resume, dtype=cfg.model.dtype,
+                           gradient_checkpointing=cfg.model.gradient_checkpointing, lora=cfg.model.lora,
+                           trainer=cfg.trainer)
     engine = rollout_engine(cfg, session, init_model)
     chat = ChatFormat(session.tokenizer)
     ref_model = reference_model(cfg, init_model, session)
