@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,3 +97,22 @@ def test_the_schedule_counts_optimizer_steps():
 def test_mini_batches_below_one_are_refused(m):
     with pytest.raises(Exception, match="ppo_mini_batches"):
         load_recipe("household_grpo", [f"trainer.ppo_mini_batches={m}"])
+
+
+def test_a_grpo_stage_takes_a_step_per_mini_batch_and_schedules_them(tiny_model_path, env_server_url, tmp_path):
+    """The real stage (tiny model, env server): each step logs its mini-batches, and the checkpoint's schedule
+    has advanced one step per optimizer step (2 steps x 2 mini-batches), over a stage counted in them."""
+    import json
+
+    from agentrl_core.checkpoints.layout import SCHEDULER_FILE, STATE_FILE
+    from agentrl_core.training.grpo import train_grpo
+    from tests.training.test_recipes_train import tiny
+
+    cfg = load_recipe("countdown_grpo", tiny(tiny_model_path, tmp_path) + [
+        "trainer.ppo_mini_batches=2", "algorithm.kl_coef=0.001"])  # every sample trains: a step per mini-batch
+    result = train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
+    rows = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["mini_batches"] for r in rows] == [2.0, 2.0]
+    ckpt = Path(result.checkpoint)
+    assert json.loads((ckpt / STATE_FILE).read_text())["total_steps"] == 4
+    assert torch.load(ckpt / SCHEDULER_FILE)["last_epoch"] == 4
