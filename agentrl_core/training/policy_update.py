@@ -139,7 +139,7 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     adv = token_advantages(trajs, rewards, cfg)
     mask = target_mask(trajs)
     turns = turn_index(trajs)
-    parts = [_plan_part(ctx, trajs, idx, adv, mask) for idx in split_groups(trajs, mini_batches)]
+    parts = [_plan_part(ctx, trajs, idx, adv, mask, turns) for idx in split_groups(trajs, mini_batches)]
     steps = epochs * len(parts)
     olds = [_old_logprobs(ctx, part.batches, steps) for part in parts]
     totals: dict[str, float] = {}
@@ -147,8 +147,7 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     for _ in range(epochs):
         for part, old in zip(parts, olds):
             for mb, mb_old in zip(part.batches, old):
-                mb_turns = turns[part.rows][mb.index, : mb.target_mask.shape[1]]
-                out = _micro_step(ctx, mb, part.norm, mb_old, diag, mb_turns)
+                out = _micro_step(ctx, mb, part.norm, mb_old, diag, part.turns[mb.index, : mb.target_mask.shape[1]])
                 for k, v in out.items():
                     totals[k] = totals.get(k, 0.0) + v / steps
             totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / steps
@@ -170,22 +169,24 @@ def split_groups(trajs: Sequence[Trajectory], mini_batches: int) -> list[list[in
     for i, t in enumerate(trajs):
         order.setdefault(t.group, []).append(i)
     groups = list(order.values())
-    m = max(1, min(mini_batches, len(groups)))
+    m = min(mini_batches, len(groups))
     bounds = [round(k * len(groups) / m) for k in range(m + 1)]
     return [[i for g in groups[bounds[k]:bounds[k + 1]] for i in g] for k in range(m)]
 
 
 @dataclass
 class _Part:
-    """One mini-batch: the batch rows it back-propagates, their micro-batches, and its loss normalisation."""
+    """One mini-batch: the batch rows it back-propagates, their micro-batches and turn indices, its loss
+    normalisation."""
 
     rows: list[int]
     batches: list[MicroBatch]
-    norm: Any
+    turns: torch.Tensor
+    norm: alg.LossNorm
 
 
 def _plan_part(ctx: UpdateContext, trajs: Sequence[Trajectory], idx: list[int], adv: torch.Tensor,
-               mask: torch.Tensor) -> _Part:
+               mask: torch.Tensor, turns: torch.Tensor) -> _Part:
     """Mini-batch `idx` (batch rows): normalised by all its rows' tokens and samples, back-propagating those
     `rows_with_gradient` keeps, each micro-batch carrying its rows' advantages."""
     norm = alg.LossNorm(global_tokens=float(mask[idx].sum().clamp(min=1)), global_seqs=float(len(idx)),
@@ -197,7 +198,7 @@ def _plan_part(ctx: UpdateContext, trajs: Sequence[Trajectory], idx: list[int], 
     batches = plan_batches(ctx, [trajs[i] for i in rows])
     for mb in batches:
         mb.advantages = adv[rows][mb.index, : mb.target_mask.shape[1]] * mb.target_mask
-    return _Part(rows, batches, norm)
+    return _Part(rows, batches, turns[rows], norm)
 
 
 def rows_with_gradient(adv: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConfig) -> list[int]:
