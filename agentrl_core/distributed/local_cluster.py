@@ -45,6 +45,11 @@ DEFAULT_PORT = 6390
 """The head's GCS port (not Ray's usual 6379, so a Ray the user runs already is not in the way)."""
 NODE_START_S = 120.0
 """How long a node may take to register with the GCS (Ray's RAY_raylet_start_wait_time_s, 30 s by default)."""
+NODE_START_TRIES = 3
+"""How often a worker node that exits while starting is started again with fresh ports (a port chosen free can be
+taken by another process before the node binds it)."""
+LOG_TAIL_LINES = 20
+"""How many of a failed node's last log lines its error shows."""
 STOP_GRACE_S = 60.0
 """How long a node gets to exit after SIGTERM (the GCS drains first) before its group is killed."""
 NODE_PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
@@ -54,6 +59,10 @@ NODE_PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--dashboard-
 
 class ClusterError(AgentRLError):
     """The local cluster could not be started, reached or stopped as asked."""
+
+
+class NodeExited(ClusterError):
+    """A node's process ended before the cluster reported it alive."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +130,28 @@ def ray_start_args(address: str | None, port: int, cpus: int, resources: dict[st
                  "--ray-client-server-port", str(free_port())]
     else:
         args += ["--address", address]
-    for flag in NODE_PORT_FLAGS:
-        args += [flag, str(free_port())]
+    for flag, port_ in zip(NODE_PORT_FLAGS, distinct_free_ports(len(NODE_PORT_FLAGS)), strict=True):
+        args += [flag, str(port_)]
     return args
+
+
+def distinct_free_ports(n: int) -> list[int]:
+    """`n` different ports free on 127.0.0.1 now (the kernel may hand one port out twice in a row)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        candidate = free_port()
+        if candidate not in ports:
+            ports.append(candidate)
+    return ports
+
+
+def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a node's log, for an error message ('' when there is no log)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def start_node(args: list[str], env: dict[str, str], log: Path) -> int:
@@ -138,7 +166,7 @@ def wait_for_port(port: int, pid: int, timeout_s: float, log: Path) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not alive(pid):
-            raise ClusterError(f"the head node exited while starting; see {log}")
+            raise ClusterError(f"the head node exited while starting; see {log}; its last lines:\n{log_tail(log)}")
         with socket.socket() as s:
             s.settimeout(1.0)
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -213,30 +241,55 @@ def add(state: Path, nodes: list[NodeSpec], timeout_s: float = 120.0) -> Cluster
 
 def add_nodes(state: Path, record: ClusterState, nodes: list[NodeSpec], timeout_s: float) -> None:
     """Start each node joining `record.address`, record it, and wait until the cluster reports it alive."""
-    env = node_environment(Path(record.token_file))
-    port = int(record.address.rsplit(":", 1)[1])
     for node in nodes:  # one at a time: several raylets registering at once time out on a busy machine
         log = state / f"node-{len(record.nodes) - 1}-{node.role}.log"
-        args = ray_start_args(record.address, port, node.cpus, {node.resource: 1.0}, Path(record.session_dir))
-        manager = int(args[args.index("--node-manager-port") + 1])
-        started = {"role": node.role, "pid": start_node(args, env, log), "log": str(log), "cpus": node.cpus,
-                   "node_manager_port": manager}
-        record.nodes.append(started)
-        record.save(state)
-        wait_for_node(record, started, timeout_s)
+        for attempt in range(1, NODE_START_TRIES + 1):
+            started = start_worker_node(state, record, node, log)
+            try:
+                wait_for_node(record, started, timeout_s)
+                break
+            except NodeExited:
+                forget_node(state, record, started)
+                if attempt == NODE_START_TRIES:
+                    raise ClusterError(f"node {node.role} exited while starting, {attempt} times with fresh ports; "
+                                       f"see {log}; its last lines:\n{log_tail(log)}") from None
+                with open(log, "a") as out:
+                    out.write(f"\n[agentrl] the node exited while starting (try {attempt}); starting it again\n")
+
+
+def start_worker_node(state: Path, record: ClusterState, node: NodeSpec, log: Path) -> dict:
+    """Start `node` joining `record.address` with fresh ports, and record its process group."""
+    env = node_environment(Path(record.token_file))
+    port = int(record.address.rsplit(":", 1)[1])
+    args = ray_start_args(record.address, port, node.cpus, {node.resource: 1.0}, Path(record.session_dir))
+    manager = int(args[args.index("--node-manager-port") + 1])
+    started = {"role": node.role, "pid": start_node(args, env, log), "log": str(log), "cpus": node.cpus,
+               "node_manager_port": manager}
+    record.nodes.append(started)
+    record.save(state)
+    return started
+
+
+def forget_node(state: Path, record: ClusterState, node: dict) -> None:
+    """End whatever is left of a node that failed to start (its process group) and drop it from the record."""
+    _signal_group(int(node["pid"]), signal.SIGKILL)
+    alive(int(node["pid"]))  # reap it
+    record.nodes.remove(node)
+    record.save(state)
 
 
 def wait_for_node(record: ClusterState, node: dict, timeout_s: float) -> None:
-    """Wait until the cluster reports `node` (by its node-manager port) alive; ClusterError when its process
-    exits first or time runs out (asked in short-lived client processes)."""
+    """Wait until the cluster reports `node` (by its node-manager port) alive; NodeExited when its process
+    exits first, ClusterError when time runs out (asked in short-lived client processes)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not alive(node["pid"]):
-            raise ClusterError(f"node {node['role']} exited while starting; see {node['log']}")
+            raise NodeExited(f"node {node['role']} exited while starting; see {node['log']}")
         if node["node_manager_port"] in live_node_ports(record):
             return
         time.sleep(1.0)
-    raise ClusterError(f"node {node['role']} did not join within {timeout_s:g} s; see {node['log']}")
+    raise ClusterError(f"node {node['role']} did not join within {timeout_s:g} s; see {node['log']}; its last lines:\n"
+                       f"{log_tail(Path(node['log']))}")
 
 
 def live_node_ports(record: ClusterState) -> set[int]:

@@ -63,6 +63,56 @@ def test_a_token_file_must_be_private_and_hold_a_token(tmp_path: Path) -> None:
     assert {k: os.environ.get(k) for k in before} == before  # restored after
 
 
+def _fake_nodes(monkeypatch: pytest.MonkeyPatch, tries_file: Path, exits: int) -> None:
+    """Nodes whose first `exits` starts end at once with a port error (as a raylet whose port was taken does);
+    later ones say `running` and run until stopped; the cluster reports alive exactly the running ones."""
+    code = ("import pathlib, sys, time; p = pathlib.Path(sys.argv[1]); n = int(p.read_text() or 0) + 1; "
+            "p.write_text(str(n)); print('try', n, flush=True); "
+            f"sys.exit('bind: Address already in use') if n <= {exits} else print('running', flush=True); "
+            "time.sleep(600)")
+    tries_file.write_text("")
+
+    def fake_args(address, port, cpus, resources, temp_dir):  # noqa: ANN001, ANN202
+        ports = lc.distinct_free_ports(len(lc.NODE_PORT_FLAGS))
+        return [sys.executable, "-c", code, str(tries_file),
+                *[x for flag, q in zip(lc.NODE_PORT_FLAGS, ports, strict=True) for x in (flag, str(q))]]
+
+    def fake_live(record: lc.ClusterState) -> set[int]:
+        return {n["node_manager_port"] for n in record.nodes[1:]
+                if lc.alive(n["pid"]) and Path(n["log"]).read_text().endswith("running\n")}
+
+    monkeypatch.setattr(lc, "ray_start_args", fake_args)
+    monkeypatch.setattr(lc, "live_node_ports", fake_live)
+
+
+def test_a_node_that_exits_while_starting_is_started_again_with_fresh_ports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tries = tmp_path / "tries"
+    _fake_nodes(monkeypatch, tries, exits=1)
+    record = lc.ClusterState("127.0.0.1:1", str(tmp_path / "token"), str(tmp_path / "s" / "ray"),
+                             [{"role": "head", "pid": os.getpid(), "log": ""}])
+    lc.add_nodes(tmp_path, record, [lc.NodeSpec("rollout", 1)], timeout_s=30)
+    try:
+        assert tries.read_text() == "2" and len(record.nodes) == 2  # the failed start is gone from the record
+        (node,) = lc.ClusterState.load(tmp_path).nodes[1:]
+        assert lc.alive(node["pid"]) and "starting it again" in Path(node["log"]).read_text()
+    finally:
+        lc._signal_group(record.nodes[1]["pid"], lc.signal.SIGKILL)
+        lc.alive(record.nodes[1]["pid"])
+
+
+def test_a_node_that_keeps_exiting_fails_with_the_end_of_its_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tries = tmp_path / "tries"
+    _fake_nodes(monkeypatch, tries, exits=lc.NODE_START_TRIES)
+    record = lc.ClusterState("127.0.0.1:1", str(tmp_path / "token"), str(tmp_path / "s" / "ray"),
+                             [{"role": "head", "pid": os.getpid(), "log": ""}])
+    with pytest.raises(lc.ClusterError, match=f"exited while starting, {lc.NODE_START_TRIES} times") as err:
+        lc.add_nodes(tmp_path, record, [lc.NodeSpec("trainer", 1)], timeout_s=30)
+    assert "Address already in use" in str(err.value) and f"try {lc.NODE_START_TRIES}" in str(err.value)
+    assert len(record.nodes) == 1 and tries.read_text() == str(lc.NODE_START_TRIES)
+
+
 def _stranger(address: str, home: Path, **auth: str) -> subprocess.CompletedProcess[str]:
     """A process of someone without the cluster's token joining it (its own HOME, none of our RAY_ variables)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
