@@ -442,9 +442,10 @@ class TrainerConfig(Section):
     peak (training.memory_plan). None: 80% of what is available when the stage starts (set it for
     runs that repeat bit for bit)."""
     shared_prefix: bool = True
-    """Run each GRPO group's shared prompt once in the training forward (its G samples attend to one
-    copy of its keys and values) instead of G times; the same loss and gradients up to rounding. Off
-    with gradient checkpointing or DeepSpeed, which run every row whole."""
+    """Run what the samples of a GRPO group share once in the training forward instead of once per sample:
+    the prompt, and the turns a near-deterministic policy repeats (sub-groups of samples with a long common
+    prefix attend to one copy of its keys and values); the same loss and gradients up to rounding. Off with
+    gradient checkpointing or DeepSpeed, which run every row whole."""
     save_every: int = Field(2, ge=1)
     """Save a checkpoint every N steps (and at the end)."""
     keep_last: int = Field(2, ge=1)

@@ -29,7 +29,7 @@ def token_logprobs(
     own tokens (not prompt, observation or padding positions), in chunks: the full-vocabulary
     log-softmax over every position is what dominates memory otherwise. Entropy:
     H_t = logsumexp(z) - sum softmax(z) * z. With `prefixes` (shared_prefix.PrefixGroup per group of
-    rows), each group's shared prompt runs once (not with gradient checkpointing, which drops caches).
+    rows), the tokens each group's samples share run once (not with gradient checkpointing, which drops caches).
     """
     if is_wrapper(model):
         return _wrapped_logprobs(model, input_ids, attention_mask, target_mask, temperature=temperature,
