@@ -94,17 +94,10 @@ def prompt_only_prefixes(trajs: Sequence[Trajectory], index: Sequence[int]) -> l
 
 
 def forward_tokens(trajs: Sequence[Trajectory], batches: list[Any]) -> int:
-    """Tokens the forward runs: per prefix group its prefix once and each row's rest, padded to the group's
-    longest row (what `shared_prefix.group_hidden` runs); micro-batches without groups run padded whole."""
-    total = 0
-    for mb in batches:
-        if not mb.prefixes:
-            total += int(mb.input_ids.shape[0] * mb.input_ids.shape[1])
-            continue
-        for g in mb.prefixes:
-            longest = max(len(trajs[mb.index[r]].token_ids) for r in g.rows)
-            total += g.length + len(g.rows) * (longest - g.length)
-    return total
+    """Tokens the forward runs: `shared_prefix.planned_tokens` per micro-batch with prefix groups; micro-batches
+    without groups run padded whole."""
+    return sum(sp.planned_tokens(trajs, mb.index, mb.prefixes) if mb.prefixes else int(mb.input_ids.numel())
+               for mb in batches)
 
 
 def one_update(way: str, trajs: list[Trajectory], model0: Any, args: argparse.Namespace, cfg: Any) -> dict[str, float]:

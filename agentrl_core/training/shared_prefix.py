@@ -106,14 +106,19 @@ def plan_prefixes(trajs: Sequence[Trajectory], index: Sequence[int]) -> list[Pre
     return shared + ([PrefixGroup(tuple(sorted(plain)), 0)] if plain else [])
 
 
-def _group_cost(trajs: Sequence[Trajectory], members: list[int]) -> int:
-    """Tokens the planned forward runs for `members`: each sub-group's prefix once plus its rows' remainders,
-    padded to the sub-group's longest row; rows that run whole, padded to the longest of them."""
+def planned_tokens(trajs: Sequence[Trajectory], index: Sequence[int], groups: Sequence[PrefixGroup]) -> int:
+    """Tokens the forward of micro-batch `index` runs under `groups`: each group's prefix once plus its rows'
+    remainders, padded to the group's longest row (what `group_hidden` runs)."""
     cost = 0
-    for group in plan_prefixes(trajs, members):
-        longest = max(len(trajs[members[r]].token_ids) for r in group.rows)
+    for group in groups:
+        longest = max(len(trajs[index[r]].token_ids) for r in group.rows)
         cost += group.length + len(group.rows) * (longest - group.length)
     return cost
+
+
+def _group_cost(trajs: Sequence[Trajectory], members: list[int]) -> int:
+    """Tokens the planned forward runs for `members` (`planned_tokens` of their own plan)."""
+    return planned_tokens(trajs, members, plan_prefixes(trajs, members))
 
 
 def plan_group_batches(trajs: Sequence[Trajectory], token_budget: int) -> list[list[int]]:
