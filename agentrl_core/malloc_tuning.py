@@ -64,6 +64,21 @@ def actor_options(options: dict[str, Any]) -> dict[str, Any]:
     return {**options, "runtime_env": runtime_env}
 
 
+def release_free_heap() -> bool:
+    """Hand the heap's free pages back to the OS (glibc's `malloc_trim(0)`, which also releases free chunks
+    in the middle of the heap). With trimming off (TUNED) a process keeps every byte it ever freed, so the
+    memory it measures as resident at the start of a stage would include the buffers an earlier stage freed
+    (an SFT stage, another arm of a benchmark), and the stage would plan as if they were still in use. True
+    when glibc released memory; False when it had none to release or the C library is not glibc."""
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return False
+    return bool(trim(0))
+
+
 def describe() -> str:
     """One line for the start of a run: what this process and its children allocate with."""
     if in_force():

@@ -155,3 +155,42 @@ def test_the_ray_trainer_actor_is_tuned_and_a_rollout_actor_is_not(monkeypatch):
         tuned, plain = ray.get([tuned.report.remote(), plain.report.remote()], timeout=120)
     assert tuned == {"started": TUNED, "adopted": TUNED, "now": {}}
     assert plain == {"started": {}, "adopted": {}, "now": {}}
+
+
+FREED_THEN_PLANNED = textwrap.dedent("""
+    import json, sys
+    import torch
+    from agentrl_core.machine_info import resident_bytes
+    from agentrl_core.recipes import load_recipe
+    from agentrl_core.training import memory_plan as mp
+
+    def plan_persistent():
+        cfg = load_recipe("household_grpo", ["trainer.memory_gb=12"])
+        return mp.memory_plan_for(cfg, sys.argv[1], native_engine=True).persistent
+
+    before = plan_persistent()
+    buffers = [torch.ones(32 * 2**20) for _ in range(8)]  # 1 GiB, like the buffers of an earlier stage
+    kept = torch.ones(2**20)  # allocated after them, so the freed ones sit below the heap's top
+    del buffers
+    freed = resident_bytes()
+    after = plan_persistent()
+    print(json.dumps({"before": before, "after": after, "freed": freed, "now": resident_bytes()}))
+""")
+
+
+def test_a_stage_plans_without_the_memory_an_earlier_stage_freed(embedded_model_path):
+    """With trimming off (the tuned training process) freed buffers stay resident; the next stage's plan must
+    not count them as held: `memory_plan_for` hands the free heap back first."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}, **TUNED}
+    env.pop(OPT_OUT, None)
+    out = subprocess.run([sys.executable, "-c", FREED_THEN_PLANNED, str(embedded_model_path)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    gib = 2**30
+    assert got["freed"] - got["now"] > 0.8 * gib  # the freed gigabyte went back to the OS
+    assert abs(got["after"] - got["before"]) < 0.2 * gib  # and the plan did not count it
+
+
+def test_releasing_the_free_heap_is_safe_to_call_anywhere():
+    assert malloc_tuning.release_free_heap() in (True, False)

@@ -6,10 +6,11 @@ training process holds, all run long (bytes):
 
     S = R + P·b_w + 8·P_t + [P·b_w, a reference model for a KL term]
 
-with R the resident memory before the model loads (runtime, libraries), P the parameters (P_t of
-them trained: all, or the LoRA adapters), b_w the bytes of `model.dtype`, 8 bytes per trained
-parameter for AdamW's two float32 moments. Two phases follow each other and never overlap, since
-the engine frees its KV caches and weight snapshot before each update (rollout.engine.sleep_when_training):
+with R the resident memory before the model loads (runtime, libraries; measured after the heap's free pages
+are handed back, `malloc_tuning.release_free_heap`, so an earlier stage's freed buffers are not in it), P the
+parameters (P_t of them trained: all, or the LoRA adapters), b_w the bytes of `model.dtype`, 8 bytes per
+trained parameter for AdamW's two float32 moments. Two phases follow each other and never overlap, since the
+engine frees its KV caches and weight snapshot before each update (rollout.engine.sleep_when_training):
 
     rollout = P·b_c + 1.5·KV + E·N          (native engine: weight snapshot in the compute dtype b_c)
     update  = 4·P_t + [P·2 under bf16 autocast: its weight copies] + X + a·T
@@ -69,6 +70,7 @@ from typing import Any
 
 from agentrl_core.errors import ConfigError
 from agentrl_core.machine_info import available_bytes, peak_resident_bytes, resident_bytes
+from agentrl_core.malloc_tuning import release_free_heap
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +249,7 @@ def memory_plan_for(cfg: Any, init_model: Path, *, native_engine: bool, rollout_
 
     if cfg.trainer.backend != "torch" or torch.cuda.is_available():
         return None
+    release_free_heap()  # what an earlier stage in this process freed is not this stage's resident memory
     budget = budget_of(cfg.trainer.memory_gb)
     if budget is None:
         return None
