@@ -11,6 +11,10 @@ Per seed s (trainer.seed = s decides the demos drawn, their order and the RL sam
    over demos x (t_sft + t_rl) / t_sft expert episodes (more data, the best use of the time for SFT).
 4. Every model plays the same `--test-tasks` test tasks greedily, once (the base model for the first seed).
 
+`--control-of RUN.json` runs step 3 alone for an earlier run of this bench (its JSON): per seed, the SFT
+control of that run's SFT start and longest RL arm, trained with that run's recipe and overrides, scored on
+the same test tasks and compared with that run's models (their scores are read from the JSON).
+
 Prints each model's success with its 95% Wilson interval, and paired differences on the same tasks
 (Newcombe's interval, McNemar's exact p): each RL model vs its SFT start, GiGPO vs GRPO, each RL model vs
 the SFT control; success per task type; the training reward (first/last quarter) and validation
@@ -104,6 +108,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--no-control", action="store_true", help="skip the SFT control")
     p.add_argument("--sft-start", type=Path, default=None,
                    help="an SFT export to start every seed's RL from (chosen earlier, on validation): no SFT grid here")
+    p.add_argument("--control-of", type=Path, default=None,
+                   help="an earlier run's JSON: train and score only its SFT control (see above)")
     p.add_argument("--no-base", action="store_true",
                    help="skip scoring the base model (it scores 0%% on household and ALFWorld: a long eval of nothing)")
     p.add_argument("--all-arms-seeds", type=int, default=None,
@@ -212,10 +218,53 @@ def run_seed(bench: Bench, seed: int, base: Path, chosen: SftSetting | None, all
         bench.test(f"{algorithm}-seed{seed}", seed, bench.rl(algorithm, seed, sft))
         rl_minutes.append(bench.minutes[f"{algorithm}-seed{seed}"])
     if all_arms and not bench.args.no_control and bench.args.sft_start is None:
-        scale = (bench.minutes[sft_label] + max(rl_minutes)) / bench.minutes[sft_label]
-        control = SftSetting(round(chosen.demos * scale), chosen.epochs)
-        bench.test(f"sft-control-seed{seed}", seed, bench.sft(f"sftcontrol{control}-seed{seed}", seed, control, base))
+        run_control(bench, seed, control_setting(chosen, bench.minutes[sft_label], max(rl_minutes)), base)
     return chosen
+
+
+def control_setting(start: SftSetting, sft_minutes: float, rl_minutes: float) -> SftSetting:
+    """The SFT control: the start's epochs over demos x (t_sft + t_rl) / t_sft expert episodes."""
+    return SftSetting(round(start.demos * (sft_minutes + rl_minutes) / sft_minutes), start.epochs)
+
+
+def run_control(bench: Bench, seed: int, control: SftSetting, base: Path) -> None:
+    bench.test(f"sft-control-seed{seed}", seed, bench.sft(f"sftcontrol{control}-seed{seed}", seed, control, base))
+
+
+def adopt_earlier_run(args: argparse.Namespace) -> dict:
+    """--control-of: the earlier run's JSON, with its recipe, overrides, seeds, arms and task counts put in `args`
+    (the control must train as that run's SFT start did); other overrides given here are refused."""
+    earlier = json.loads(args.control_of.read_text())
+    before = earlier["args"]
+    if args.overrides and args.overrides != before["overrides"]:
+        raise SystemExit(f"--control-of {args.control_of}: that run used the overrides {before['overrides']}, not "
+                         f"{args.overrides}; its control trains with its own settings: drop them here")
+    for key in ("recipe", "overrides", "seeds", "algorithms", "test_tasks", "val_tasks"):
+        setattr(args, key, before[key])
+    return earlier
+
+
+def run_earlier_controls(bench: Bench, earlier: dict, base: Path) -> SftSetting:
+    """The SFT control of each seed of an earlier run, its models' test scores joining `bench.tests`."""
+    source = bench.args.control_of
+    if earlier["test_ids"] != bench.test_ids:
+        raise SystemExit(f"{source} scored other test tasks than this recipe gives now: its control would not pair")
+    try:
+        start = SftSetting.parse(earlier["sft_start"])
+    except argparse.ArgumentTypeError:
+        raise SystemExit(f"{source} started RL from a given export ({earlier['sft_start']}), so the SFT time its "
+                         "control needs is not in it: pass the JSON of the run that trained that start") from None
+    bench.tests.update({label: EvalSummary.from_dict(s) for label, s in earlier["tests"].items()})
+    times = earlier["figures"]
+    for seed in bench.args.seeds:
+        rl = [times[k] for k in (f"minutes_{a}-seed{seed}" for a in bench.args.algorithms) if k in times]
+        if f"minutes_sft{start}-seed{seed}" not in times or not rl:
+            raise SystemExit(f"{source} has no SFT and RL wall time for seed {seed}: no control to size")
+        control = control_setting(start, times[f"minutes_sft{start}-seed{seed}"], max(rl))
+        print(f"seed {seed}: SFT control {control} (start {start}, {times[f'minutes_sft{start}-seed{seed}']:.1f} "
+              f"+ {max(rl):.1f} min of RL)", flush=True)
+        run_control(bench, seed, control, base)
+    return start
 
 
 def curves(bench: Bench) -> dict[str, dict[str, list[tuple[int, float]]]]:
@@ -335,16 +384,20 @@ def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
 def main() -> None:
     args = parse()
     start = time.time()
+    earlier = adopt_earlier_run(args) if args.control_of is not None else None
     cfg = load_recipe(args.recipe, [*args.overrides, f"run.root={args.root}"])
     base = resolve_model(cfg.model.name)
     dtype = resolve_compute_settings(cfg, base).model.compute_dtype  # auto -> this machine's, as the flows do
     with launch_server([cfg.env.name], env_kwargs={cfg.env.name: cfg.env.kwargs}) as server:
         bench = Bench(args, server.url, dtype)
-        if not args.no_base:
-            bench.test("base", args.seeds[0], base)
-        chosen = None
-        for i, seed in enumerate(args.seeds):
-            chosen = run_seed(bench, seed, base, chosen, args.all_arms_seeds is None or i < args.all_arms_seeds)
+        if earlier is not None:
+            chosen = run_earlier_controls(bench, earlier, base)
+        else:
+            if not args.no_base:
+                bench.test("base", args.seeds[0], base)
+            chosen = None
+            for i, seed in enumerate(args.seeds):
+                chosen = run_seed(bench, seed, base, chosen, args.all_arms_seeds is None or i < args.all_arms_seeds)
     report(bench, chosen, time.time() - start)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,56 @@ def test_a_score_with_env_failures_is_refused(tmp_path: Path, monkeypatch: pytes
     clean = _summary({t: t % 2 == 0 for t in range(8)})
     monkeypatch.setattr(bench_multiturn, "evaluate_model", lambda *a, **k: clean)
     assert bench.play(cfg, tmp_path, list(range(8)), "val-sft") is clean
+
+
+def _earlier_run(tmp_path: Path, sft_start: str = "128x2") -> Path:
+    """An earlier run's JSON as `report` writes it: seed 0 trained 128x2 in 10 min and GiGPO for 23 min."""
+    ids = list(range(40))
+    run = {"args": {"recipe": "household_learn", "overrides": ["trainer.optim.lr=1e-5"], "seeds": [0],
+                    "algorithms": ["gigpo"], "test_tasks": 40, "val_tasks": 8},
+           "sft_start": sft_start, "test_ids": ids,
+           "figures": {"minutes_sft128x2-seed0": 10.0, "minutes_gigpo-seed0": 23.0},
+           "tests": {"sft-seed0": _summary({t: t < 10 for t in ids}).to_dict(),
+                     "gigpo-seed0": _summary({t: t < 30 for t in ids}).to_dict()}}
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(run))
+    return path
+
+
+def test_the_control_of_an_earlier_run_is_sized_from_its_times_and_paired_with_its_models(tmp_path: Path) -> None:
+    from bench.bench_multiturn import adopt_earlier_run, control_setting, run_earlier_controls
+
+    assert control_setting(SftSetting(128, 2), 10.0, 23.0) == SftSetting(422, 2)  # 128 x 33 / 10, same epochs
+    args = argparse.Namespace(control_of=_earlier_run(tmp_path), recipe="household_learn", overrides=[], seeds=[0, 1],
+                              algorithms=["gigpo", "grpo"], test_tasks=200, val_tasks=64, root=str(tmp_path))
+    earlier = adopt_earlier_run(args)  # the control trains as that run's SFT did
+    assert (args.overrides, args.seeds, args.algorithms, args.test_tasks) == (["trainer.optim.lr=1e-5"], [0], ["gigpo"], 40)
+    bench = _bench({}, args.seeds, args.algorithms, tmp_path)
+    bench.args, bench.test_ids, trained = args, list(range(40)), []
+    bench.sft = lambda name, seed, setting, base: trained.append((name, setting)) or tmp_path
+    bench.play = lambda cfg, model, ids, label: _summary({t: t < 20 for t in ids})
+    bench.cfg = lambda name, seed, *extra: None
+    assert run_earlier_controls(bench, earlier, tmp_path) == SftSetting(128, 2)
+    assert trained == [("sftcontrol422x2-seed0", SftSetting(422, 2))]
+    comps = {(c.a, c.b): c for c in comparisons(bench)}
+    assert comps[("gigpo-seed0", "sft-control-seed0")].diff == pytest.approx(0.25)
+    assert comps[("gigpo-seed0", "sft-seed0")].diff == pytest.approx(0.5)  # the earlier scores, read back
+
+
+def test_a_control_that_cannot_be_sized_or_paired_is_refused(tmp_path: Path) -> None:
+    from bench.bench_multiturn import adopt_earlier_run, run_earlier_controls
+
+    def args(path: Path, overrides: list[str]) -> argparse.Namespace:
+        return argparse.Namespace(control_of=path, recipe="household_learn", overrides=overrides, seeds=[0],
+                                  algorithms=["gigpo"], test_tasks=40, val_tasks=8, root=str(tmp_path))
+
+    with pytest.raises(SystemExit, match=r"used the overrides \['trainer.optim.lr=1e-5'\]"):
+        adopt_earlier_run(args(_earlier_run(tmp_path), ["trainer.optim.lr=3e-5"]))
+    given = args(_earlier_run(tmp_path, "runs/x/export"), [])
+    bench = _bench({}, [0], ["gigpo"], tmp_path)
+    bench.args, bench.test_ids = given, list(range(40))
+    with pytest.raises(SystemExit, match="started RL from a given export"):
+        run_earlier_controls(bench, adopt_earlier_run(given), tmp_path)
+    bench.args, bench.test_ids = args(_earlier_run(tmp_path), []), list(range(41))
+    with pytest.raises(SystemExit, match="other test tasks"):
+        run_earlier_controls(bench, adopt_earlier_run(bench.args), tmp_path)
