@@ -25,6 +25,7 @@ from agentrl_core.training.memory_plan import apply_plan, check_peak, memory_pla
 from agentrl_core.training.policy_update import policy_update
 from agentrl_core.rollout.grpo_rollout import rollout_batch, rollout_metrics
 from agentrl_core.training.session import StageResult, StepCallback, TrainingSession, open_session
+from agentrl_core.training.stage_lock import stage_writer
 from agentrl_core.training.step_context import reference_model, update_context
 from agentrl_core.training.timing import timed
 from agentrl_core.training.validation import BestCheckpoint, is_due, validate, validation_ids
@@ -110,13 +111,14 @@ def train_grpo(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: 
     """Run (or resume) the GRPO stage to `trainer.steps`; returns its last checkpoint."""
     cfg = resolve_compute_settings(cfg, init_model)  # model.compute_dtype/cpu_threads auto -> this machine's
     stage_dir = stage_dir or cfg.run_dir / "grpo"
-    record_algorithm(stage_dir, cfg)
-    if cfg.distributed.backend == "ray":  # rollout and trainer as Ray actors; the same files and metrics
-        from agentrl_core.distributed.driver import train_grpo_ray
+    with stage_writer(stage_dir):  # one writer per stage directory (StageBusyError for a second)
+        record_algorithm(stage_dir, cfg)
+        if cfg.distributed.backend == "ray":  # rollout and trainer as Ray actors; the same files and metrics
+            from agentrl_core.distributed.driver import train_grpo_ray
 
-        return train_grpo_ray(cfg, init_model=init_model, env_url=env_url, stage_dir=stage_dir, on_step=on_step)
-    with experience_for(cfg, stage_dir.parent) as cfg:  # the pool, when on and not already running
-        return _train_local(cfg, init_model, env_url, stage_dir, on_step)
+            return train_grpo_ray(cfg, init_model=init_model, env_url=env_url, stage_dir=stage_dir, on_step=on_step)
+        with experience_for(cfg, stage_dir.parent) as cfg:  # the pool, when on and not already running
+            return _train_local(cfg, init_model, env_url, stage_dir, on_step)
 
 
 ALGORITHM_FILE = "algorithm.json"

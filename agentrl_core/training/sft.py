@@ -26,6 +26,7 @@ from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.training.batching import collate, plan_micro_batches
 from agentrl_core.training.logprobs import token_logprobs
 from agentrl_core.training.session import StageResult, TrainingSession, open_session
+from agentrl_core.training.stage_lock import stage_writer
 from agentrl_core.training.timing import timed
 
 StepCallback = Callable[[int, int, dict[str, float]], None]
@@ -119,7 +120,12 @@ def train_sft(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: P
     """Run (or resume) supervised fine-tuning on expert demonstrations; returns its last checkpoint."""
     cfg = resolve_compute_settings(cfg, init_model)  # model.compute_dtype/cpu_threads auto -> this machine's
     stage_dir = stage_dir or cfg.run_dir / "sft"
-    stage_dir.mkdir(parents=True, exist_ok=True)
+    with stage_writer(stage_dir):  # one writer per stage directory (StageBusyError for a second)
+        return _train_sft(cfg, init_model, env_url, stage_dir, on_step)
+
+
+def _train_sft(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: Path,
+               on_step: StepCallback | None) -> StageResult:
     demos = load_or_collect_demos(cfg, stage_dir, init_model, env_url)
     schedule = sft_schedule(len(demos), cfg)
     torch.manual_seed(cfg.trainer.seed)
