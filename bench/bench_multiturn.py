@@ -258,11 +258,12 @@ def run_earlier_controls(bench: Bench, earlier: dict, base: Path) -> SftSetting:
     times = earlier["figures"]
     for seed in bench.args.seeds:
         rl = [times[k] for k in (f"minutes_{a}-seed{seed}" for a in bench.args.algorithms) if k in times]
-        if f"minutes_sft{start}-seed{seed}" not in times or not rl:
+        sft_minutes = times.get(f"minutes_sft{start}-seed{seed}")
+        if sft_minutes is None or not rl:
             raise SystemExit(f"{source} has no SFT and RL wall time for seed {seed}: no control to size")
-        control = control_setting(start, times[f"minutes_sft{start}-seed{seed}"], max(rl))
-        print(f"seed {seed}: SFT control {control} (start {start}, {times[f'minutes_sft{start}-seed{seed}']:.1f} "
-              f"+ {max(rl):.1f} min of RL)", flush=True)
+        control = control_setting(start, sft_minutes, max(rl))
+        print(f"seed {seed}: SFT control {control} (start {start}, {sft_minutes:.1f} + {max(rl):.1f} min of RL)",
+              flush=True)
         run_control(bench, seed, control, base)
     return start
 
