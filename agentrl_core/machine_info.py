@@ -132,6 +132,18 @@ def peak_resident_bytes() -> int:
     return _status_field("VmHWM")
 
 
+def reset_peak_resident() -> bool:
+    """Restart this process's peak resident memory from what is resident now (Linux: "5" to
+    /proc/self/clear_refs resets VmHWM), so a stage's peak is its own, not an earlier stage's in the same
+    process. False where the kernel does not allow it (the peak then counts from the process's start)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
 def _status_field(name: str) -> int:
     try:
         with open("/proc/self/status") as f:

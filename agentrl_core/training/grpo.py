@@ -15,6 +15,7 @@ from agentrl_core.errors import ConfigError
 from agentrl_core.env_service import EnvClient, RemoteEnv
 from agentrl_core.experience.launcher import experience_for
 from agentrl_core.experience.rollout_hooks import experience_after_rollout
+from agentrl_core.machine_info import reset_peak_resident
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.models.compute_settings import resolve_compute_settings
 from agentrl_core.rollout import write_trajectories
@@ -42,7 +43,7 @@ def grpo_step(session: TrainingSession, engine: Engine, chat: ChatFormat, env_fa
         session.model.eval()
         trajs, usable, rounds = rollout_batch(engine, chat, env_factory, train_ids, step, cfg)
     engine_metrics = {f"rollout/{k}": v - before.get(k, 0.0) for k, v in engine_counters(engine).items()}
-    engine_metrics["memory/peak_after_rollout_gib"] = peak_resident_bytes() / 2**30  # the process's peak so far
+    engine_metrics["memory/peak_after_rollout_gib"] = peak_resident_bytes() / 2**30  # the stage's peak so far
     # summarise into the pool, measure with vs without experience, strip the block if asked (in place)
     exp_metrics = experience_after_rollout(trajs, engine, chat, step, cfg) if cfg.experience.enabled else {}
     write_trajectories(session.stage_dir / "rollout_log" / f"step_{step + 1:06d}.parquet", trajs, step=step + 1)
@@ -140,6 +141,8 @@ def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: P
     if plan is not None:  # KV cache, micro-batches and checkpointing sized from the memory budget
         cfg = apply_plan(cfg, plan)
         log.info("%s", plan.describe())
+    if not reset_peak_resident():  # the memory/peak_* metrics are this stage's, not an earlier stage's
+        log.info("peak memory counts from the process's start: /proc/self/clear_refs cannot be written here")
     session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.grpo_optimizer_steps,
                            resume=cfg.trainer.resume, dtype=cfg.model.dtype,
                            gradient_checkpointing=cfg.model.gradient_checkpointing, lora=cfg.model.lora,

@@ -293,7 +293,8 @@ def apply_plan(cfg: Any, plan: MemoryPlan) -> Any:
 
 
 def check_peak(plan: MemoryPlan | None, step: int) -> dict[str, float]:
-    """The step's `memory/peak_rss_gib`; a warning when the peak has crossed the budget."""
+    """`memory/peak_rss_gib`: the process's peak resident memory since the stage started (train_grpo restarts
+    the peak there: machine_info.reset_peak_resident); a warning when the peak has crossed the budget."""
     peak = peak_resident_bytes()
     if plan is not None and peak > plan.budget:
         log.warning("step %d: peak resident memory %.2f GiB is over the memory budget %.2f GiB (%s); lower "

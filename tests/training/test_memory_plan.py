@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -150,3 +151,37 @@ def test_the_run_peak_adds_the_trainer_and_every_worker(caplog):
         assert mp.check_run_peak(plan, 2, over) == {"memory/run_peak_gib": 10.0}
     assert "step 2: the trainer's and 2 rollout workers' peaks add up to 10.00 GiB" in caplog.text
     assert mp.check_run_peak(None, 3, metrics) == {} and mp.check_run_peak(_plan(9), 3, metrics) == {}
+
+
+def _touched(n_bytes: int) -> bytes:
+    return b"\x01" * n_bytes  # filled, so every page is resident
+
+
+def test_the_peak_restarts_from_what_is_resident_now():
+    from agentrl_core.machine_info import peak_resident_bytes, reset_peak_resident
+
+    big = _touched(512 * MIB)
+    del big
+    before = peak_resident_bytes()
+    if not reset_peak_resident():
+        pytest.skip("/proc/self/clear_refs cannot be written here")
+    assert peak_resident_bytes() < before - 384 * MIB  # the freed 512 MiB are no longer this peak
+
+
+def test_a_grpo_stage_reports_its_own_peak_not_an_earlier_stages(tiny_model_path, env_server_url, tmp_path):
+    from agentrl_core.machine_info import peak_resident_bytes, reset_peak_resident
+    from agentrl_core.training.grpo import train_grpo
+
+    if not reset_peak_resident():
+        pytest.skip("/proc/self/clear_refs cannot be written here")
+    earlier = _touched(1024 * MIB)  # an earlier stage in this process that peaked 1 GiB higher, then freed it
+    del earlier
+    lifetime = peak_resident_bytes()
+    cfg = load_recipe("household_grpo", [
+        f"model.name={tiny_model_path}", f"run.root={tmp_path}", "trainer.steps=1", "rollout.tasks_per_step=2",
+        "rollout.group_size=2", "rollout.sampling.max_new_tokens=6", "env.max_turns=2",
+        "model.compute_dtype=float32", "trainer.memory_gb=null"])
+    train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
+    metrics = json.loads((tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("memory/peak_rss_gib", "memory/peak_after_rollout_gib"):
+        assert 0 < metrics[key] * GIB < lifetime - 512 * MIB, key
