@@ -8,8 +8,10 @@ import logging
 import pytest
 
 from agentrl_core.errors import ConfigError
+from agentrl_core.machine_info import peak_resident_bytes, reset_peak_resident
 from agentrl_core.recipes import load_recipe
 from agentrl_core.training import memory_plan as mp
+from agentrl_core.training.grpo import train_grpo
 
 GIB, MIB = 2**30, 2**20
 SHAPE = mp.ModelShape(params=100_000_000, trainable=100_000_000, layers=30, hidden=500, intermediate=1500, vocab=1000,
@@ -158,8 +160,6 @@ def _touched(n_bytes: int) -> bytes:
 
 
 def test_the_peak_restarts_from_what_is_resident_now():
-    from agentrl_core.machine_info import peak_resident_bytes, reset_peak_resident
-
     big = _touched(512 * MIB)
     del big
     before = peak_resident_bytes()
@@ -169,9 +169,6 @@ def test_the_peak_restarts_from_what_is_resident_now():
 
 
 def test_a_grpo_stage_reports_its_own_peak_not_an_earlier_stages(tiny_model_path, env_server_url, tmp_path):
-    from agentrl_core.machine_info import peak_resident_bytes, reset_peak_resident
-    from agentrl_core.training.grpo import train_grpo
-
     if not reset_peak_resident():
         pytest.skip("/proc/self/clear_refs cannot be written here")
     earlier = _touched(1024 * MIB)  # an earlier stage in this process that peaked 1 GiB higher, then freed it
