@@ -102,6 +102,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--algorithms", nargs="+", choices=sorted(ARMS), default=["gigpo", "grpo"],
                    help="the RL arms (the first is the one later seeds run with --all-arms-seeds)")
     p.add_argument("--rl-minutes", type=float, default=10.0, help="wall time of each RL run (equal for all)")
+    p.add_argument("--rl-steps", type=int, default=None,
+                   help="train each RL run this many steps instead, whatever the time (for runs compared across "
+                        "code versions or machines: the same steps on the same samples)")
     p.add_argument("--test-tasks", type=int, default=200, help="held-out test tasks every model plays once")
     p.add_argument("--val-tasks", type=int, default=64, help="validation tasks (training range, never trained on)")
     p.add_argument("--val-every", type=int, default=5, help="validate the RL policy every N steps (0: never)")
@@ -177,8 +180,10 @@ class Bench:
 
     def rl(self, algorithm: str, seed: int, sft: Path) -> Path:
         name = f"{algorithm}-seed{seed}"
-        cfg = self.cfg(name, seed, *arm_overrides(algorithm), "trainer.steps=1000", "trainer.save_every=1000",
-                       f"trainer.max_minutes={self.args.rl_minutes}", f"trainer.val_every={self.args.val_every}")
+        length = ([f"trainer.steps={self.args.rl_steps}", "trainer.max_minutes=null"] if self.args.rl_steps
+                  else ["trainer.steps=1000", f"trainer.max_minutes={self.args.rl_minutes}"])
+        cfg = self.cfg(name, seed, *arm_overrides(algorithm), *length, "trainer.save_every=1000",
+                       f"trainer.val_every={self.args.val_every}")
         t = time.time()
         ckpt = train_grpo(cfg, init_model=sft, env_url=self.url).checkpoint
         self.minutes[name] = (time.time() - t) / 60
@@ -268,15 +273,20 @@ def run_earlier_controls(bench: Bench, earlier: dict, base: Path) -> SftSetting:
     return start
 
 
+CURVES = {"reward": "reward_mean", "validation": "val/success_rate", "samples_trained": "samples_trained",
+          "samples_backpropagated": "samples_backpropagated", "groups_with_signal": "groups_with_signal"}
+"""The per-step series kept for each RL run (name in the results -> its metric in metrics.jsonl)."""
+
+
 def curves(bench: Bench) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """Per RL run: the training reward and the validation success per step."""
+    """Per RL run: the training reward, the validation success, how many samples trained and were
+    back-propagated (the others had advantage 0 everywhere), and the share of groups with signal, per step."""
     out = {}
     for name in bench.minutes:
         stage = Path(bench.args.root) / name / "grpo"
         if (stage / "metrics.jsonl").is_file():
             rows = read_metrics(stage / "metrics.jsonl")
-            out[name] = {"reward": [(r["step"], r["reward_mean"]) for r in rows if "reward_mean" in r],
-                         "validation": [(r["step"], r["val/success_rate"]) for r in rows if "val/success_rate" in r]}
+            out[name] = {key: [(r["step"], r[metric]) for r in rows if metric in r] for key, metric in CURVES.items()}
     return out
 
 
@@ -353,6 +363,10 @@ def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
         if series["validation"]:
             figures[f"val_first ({name})"] = series["validation"][0][1]
             figures[f"val_last ({name})"] = series["validation"][-1][1]
+        for key in ("samples_trained", "samples_backpropagated", "groups_with_signal"):
+            if series.get(key):
+                figures[f"{key}_mean ({name})"] = sum(v for _, v in series[key]) / len(series[key])
+        figures[f"rl_steps ({name})"] = float(len(series["reward"]))
     figures.update({f"validation_{k}": v for k, v in bench.validation.items()})
     figures.update({f"minutes_{k}": v for k, v in bench.minutes.items()})
     figures["minutes_total"] = wall_s / 60
