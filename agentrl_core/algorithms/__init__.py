@@ -18,6 +18,7 @@ Outside the registries (they change the data, not the loss): reward shaping (`ov
 from agentrl_core.algorithms.advantages import (
     GroupStats,
     drgrpo_advantage,
+    group_has_spread,
     group_stats,
     grpo_advantage,
     rloo_advantage,
@@ -105,6 +106,7 @@ __all__ = [
     "get_policy_loss",
     "get_step_advantage_estimator",
     "gigpo_advantage",
+    "group_has_spread",
     "group_logavgexp",
     "group_stats",
     "groups_still_needed",

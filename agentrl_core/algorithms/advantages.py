@@ -3,6 +3,11 @@
 Every estimator is `fn(rewards[B] float, groups[B] long, mask[B,T], cfg: AlgorithmParams) -> [B,T]`:
 `groups[i]` is an arbitrary id (same id = same prompt/task), `mask` marks response tokens; the
 sequence-level advantage is broadcast over the tokens where mask != 0 and is exactly 0 elsewhere.
+
+A group without spread (max_g r == min_g r exactly, `group_has_spread`) carries no relative signal:
+every group estimator gives its samples A = 0 exactly, whatever the dtype. Computed, r_i - mean_g is
+the float rounding error of the mean (8 rewards of 0.3 in float32: mean 0.30000001), and dividing it
+by a std of the same size gives |A| up to ~0.3 from noise alone; verl has that defect, we do not.
 """
 
 from __future__ import annotations
@@ -52,6 +57,29 @@ def group_stats(rewards: torch.Tensor, groups: torch.Tensor) -> GroupStats:
     return GroupStats(count[inverse], mean[inverse], std[inverse])
 
 
+def group_has_spread(values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """spread[i] = (max_{j in g(i)} v_j > min_{j in g(i)} v_j), exactly: True for the samples of a group
+    whose values are not all equal. Shapes: values [B] float, ids [B] (any ids) -> bool [B].
+
+    The one predicate of "a group with signal": the group estimators zero the others, DAPO's dynamic
+    sampling drops them, GiGPO's step groups and the `groups_with_signal` metric count with it. A group
+    of one sample has no spread.
+    """
+    if values.dim() != 1 or ids.shape != values.shape:
+        raise ValueError(f"values and ids must both be [B], got {tuple(values.shape)} and {tuple(ids.shape)}")
+    _, inverse = torch.unique(ids, return_inverse=True)
+    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    v = values.to(torch.promote_types(values.dtype, torch.float32))
+    high = v.new_full((n_groups,), -torch.inf).scatter_reduce(0, inverse, v, "amax")
+    low = v.new_full((n_groups,), torch.inf).scatter_reduce(0, inverse, v, "amin")
+    return (high > low)[inverse]
+
+
+def zero_without_spread(adv: torch.Tensor, rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """adv[i] where sample i's group has spread (`group_has_spread`), exactly 0 elsewhere. [B] x3 -> [B]."""
+    return torch.where(group_has_spread(rewards, groups), adv, adv.new_zeros(()))
+
+
 def float_rewards(rewards: torch.Tensor) -> torch.Tensor:
     """rewards as float32 at least (a float64 input stays float64)."""
     return rewards.to(torch.promote_types(rewards.dtype, torch.float32))
@@ -70,15 +98,16 @@ def grpo_advantage(
 
     A_i = (r_i - mean_g) / (std_g + cfg.epsilon)   if cfg.norm_adv_by_std (std unbiased)
     A_i =  r_i - mean_g                            otherwise (Dr.GRPO)
-    A group of one sample gets A = 0 (r_i = mean_g). Unlike verl, which gives such a sample
-    A = r_i, a lone sample carries no relative signal, so it contributes no gradient.
+    A_i = 0 exactly when g has no spread (all r_j equal, or one sample). Unlike verl, which gives a
+    lone sample A = r_i and an all-equal group its rounding noise / (0 + eps), neither carries relative
+    signal, so neither contributes a gradient.
     Shapes: rewards [B] float, groups [B] long, mask [B,T] -> [B,T] (0 where mask == 0).
     """
     _check_shapes(rewards, groups, mask)
     stats = group_stats(rewards, groups)
     centred = rewards.to(stats.mean.dtype) - stats.mean
     adv = centred / (stats.std + cfg.epsilon) if cfg.norm_adv_by_std else centred
-    return broadcast_to_tokens(adv, mask)
+    return broadcast_to_tokens(zero_without_spread(adv, rewards, groups), mask)
 
 
 @register_advantage_estimator("rloo", baseline="group")
@@ -87,7 +116,8 @@ def rloo_advantage(
 ) -> torch.Tensor:
     """REINFORCE leave-one-out advantage, broadcast over the response tokens.
 
-    A_i = r_i - mean_{j in g, j != i} r_j = n_g / (n_g - 1) * (r_i - mean_g);  A_i = 0 when n_g = 1.
+    A_i = r_i - mean_{j in g, j != i} r_j = n_g / (n_g - 1) * (r_i - mean_g);  A_i = 0 exactly when g has
+    no spread (n_g = 1, or all r_j equal: verl gives a lone sample A = r_i).
     Shapes: rewards [B] float, groups [B] long, mask [B,T] -> [B,T] (0 where mask == 0).
     """
     _check_shapes(rewards, groups, mask)
@@ -95,7 +125,7 @@ def rloo_advantage(
     centred = rewards.to(stats.mean.dtype) - stats.mean
     # For n_g = 1 the centred reward is already 0, so clamping the divisor only avoids 0/0.
     adv = centred * stats.count / (stats.count - 1).clamp(min=1)
-    return broadcast_to_tokens(adv, mask)
+    return broadcast_to_tokens(zero_without_spread(adv, rewards, groups), mask)
 
 
 @register_advantage_estimator("drgrpo", baseline="group")
@@ -105,9 +135,10 @@ def drgrpo_advantage(
     """Dr.GRPO ("GRPO done right"): A_i = r_i - mean_g, no division by the group std.
 
     Pair it with `loss_agg_mode: seq-mean-token-sum-norm` (sum over tokens / a constant), the other
-    half of the recipe: both remove GRPO's length and difficulty biases. Singleton group: A = 0.
+    half of the recipe: both remove GRPO's length and difficulty biases. A group without spread
+    (one sample, or all rewards equal): A = 0 exactly.
     Shapes: rewards [B], groups [B], mask [B,T] -> [B,T] (0 where mask == 0).
     """
     _check_shapes(rewards, groups, mask)
     stats = group_stats(rewards, groups)
-    return broadcast_to_tokens(float_rewards(rewards) - stats.mean, mask)
+    return broadcast_to_tokens(zero_without_spread(float_rewards(rewards) - stats.mean, rewards, groups), mask)

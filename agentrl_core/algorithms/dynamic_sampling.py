@@ -17,23 +17,20 @@ from __future__ import annotations
 
 import torch
 
+from agentrl_core.algorithms.advantages import group_has_spread
+
 
 def dynamic_sampling_keep(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     """keep[i] = (max_{j in g(i)} r_j > min_{j in g(i)} r_j): True for samples of groups with spread.
 
     Shapes: rewards [B] float, groups [B] long (any ids) -> bool [B]. A singleton group has no
-    spread and is dropped; whole groups are kept or dropped together.
+    spread and is dropped; whole groups are kept or dropped together. The predicate is
+    `group_has_spread`, the one every group estimator zeroes by, so what is dropped is exactly what
+    would have had advantage 0.
     """
     if rewards.dim() != 1 or groups.shape != rewards.shape:
         raise ValueError(f"rewards and groups must both be [B], got {tuple(rewards.shape)} and {tuple(groups.shape)}")
-    _, inverse = torch.unique(groups, return_inverse=True)
-    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
-    r = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
-    hi = torch.full((n_groups,), -torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(
-        0, inverse, r, reduce="amax"
-    )
-    lo = torch.full((n_groups,), torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, inverse, r, reduce="amin")
-    return (hi > lo)[inverse]
+    return group_has_spread(rewards, groups)
 
 
 def groups_still_needed(kept_groups: torch.Tensor, target_groups: int) -> int:

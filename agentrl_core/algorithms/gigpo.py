@@ -28,7 +28,7 @@ from typing import Sequence
 
 import torch
 
-from agentrl_core.algorithms.advantages import group_stats, grpo_advantage
+from agentrl_core.algorithms.advantages import group_has_spread, group_stats, grpo_advantage
 from agentrl_core.algorithms.registry import AlgorithmParams, register_step_advantage_estimator
 from agentrl_core.algorithms.step_batch import StepBatch, StepTurn
 
@@ -55,13 +55,9 @@ def normalise_within(values: torch.Tensor, ids: torch.Tensor, eps: float, by_std
     in a set of one or whose values are all equal (so rounding in the mean cannot fake a signal).
     Shapes: values [N] float, ids [N] long -> [N]."""
     stats = group_stats(values, ids)
-    _, inverse = torch.unique(ids, return_inverse=True)
-    n_sets = int(inverse.max()) + 1 if inverse.numel() else 0
-    high = values.new_full((n_sets,), -torch.inf).scatter_reduce(0, inverse, values, "amax")
-    low = values.new_full((n_sets,), torch.inf).scatter_reduce(0, inverse, values, "amin")
     centred = values - stats.mean
     adv = centred / (stats.std + eps) if by_std else centred
-    return torch.where((high > low)[inverse], adv, values.new_zeros(()))
+    return torch.where(group_has_spread(values, ids), adv, values.new_zeros(()))
 
 
 def step_advantages(batch: StepBatch, cfg: AlgorithmParams) -> list[list[float]]:
@@ -87,7 +83,8 @@ def step_advantages(batch: StepBatch, cfg: AlgorithmParams) -> list[list[float]]
 def gigpo_advantage(batch: StepBatch, cfg: AlgorithmParams) -> torch.Tensor:
     """GiGPO: A_i,t = A^E_i + omega * A^S_i,t on turn t's action tokens (formulas in the module docstring).
 
-    A^E is exactly `grpo_advantage` (same epsilon and norm_adv_by_std). Shapes: batch.rewards [B],
+    A^E is exactly `grpo_advantage` (same epsilon and norm_adv_by_std; 0 exactly for a group whose returns
+    are all equal, like A^S for a step group). Shapes: batch.rewards [B],
     batch.groups [B], batch.mask [B,T] -> [B,T], 0 where mask == 0.
     """
     out = grpo_advantage(batch.rewards, batch.groups, batch.mask, cfg).clone()

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from agentrl_core.algorithms.advantages import _check_shapes as check_advantage_inputs
-from agentrl_core.algorithms.advantages import broadcast_to_tokens, float_rewards, group_stats
+from agentrl_core.algorithms.advantages import broadcast_to_tokens, float_rewards, group_stats, zero_without_spread
 from agentrl_core.algorithms.policy_losses import _check_shapes as check_loss_inputs
 from agentrl_core.algorithms.policy_losses import _masked, _ratio_stats, token_log_ratio
 from agentrl_core.algorithms.registry import AlgorithmParams, register_advantage_estimator, register_policy_loss
@@ -65,12 +65,14 @@ def opmd_advantage(
 
     b_g = mean_g r                              (cfg.opmd_baseline = "mean", default)
     b_g = tau * log(mean_{j in g} exp(r_j/tau))  ("logavgexp", tau = cfg.opmd_tau, default 1.0)
-    A singleton group gets A = 0 (both baselines equal r_i). Trinity-RFT uses baseline 0 there
-    (A = r_i); like our GRPO, a lone sample carries no relative signal here. Pair with the "opmd" loss.
+    A group without spread (one sample, or all rewards equal) gets A = 0 exactly (both baselines equal
+    r_i up to rounding). Trinity-RFT uses baseline 0 for a lone sample (A = r_i); like our GRPO, a group
+    without spread carries no relative signal here. Pair with the "opmd" loss.
     Shapes: rewards [B], groups [B], mask [B,T] -> [B,T] (0 where mask == 0).
     """
     check_advantage_inputs(rewards, groups, mask)
-    return broadcast_to_tokens(float_rewards(rewards) - opmd_baseline(rewards, groups, cfg), mask)
+    adv = float_rewards(rewards) - opmd_baseline(rewards, groups, cfg)
+    return broadcast_to_tokens(zero_without_spread(adv, rewards, groups), mask)
 
 
 @register_policy_loss("opmd")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from agentrl_core.algorithms.advantages import _check_shapes as check_advantage_inputs
-from agentrl_core.algorithms.advantages import broadcast_to_tokens, float_rewards
+from agentrl_core.algorithms.advantages import broadcast_to_tokens, float_rewards, zero_without_spread
 from agentrl_core.algorithms.opmd import opmd_baseline
 from agentrl_core.algorithms.raft import raft_select
 from agentrl_core.algorithms.registry import AlgorithmParams, register_advantage_estimator
@@ -38,12 +38,13 @@ def r3l_advantage(
 ) -> torch.Tensor:
     """R3L advantage: `r3l_advantages` on top of OPMD's group baseline.
 
-    A_i = r_i - b_g (b_g as in "opmd": cfg.opmd_baseline / cfg.opmd_tau), success_i = r_i >=
+    A_i = r_i - b_g (b_g as in "opmd": cfg.opmd_baseline / cfg.opmd_tau; 0 exactly in a group without
+    spread, so rounding noise is never amplified), success_i = r_i >=
     cfg.success_threshold (default 1.0), amplify = cfg.r3l_amplify (default 3.0). R3L trains with
     the "opmd" loss. Shapes: rewards [B], groups [B], mask [B,T] -> [B,T] (0 where mask == 0).
     """
     check_advantage_inputs(rewards, groups, mask)
     r = float_rewards(rewards)
-    adv = r - opmd_baseline(rewards, groups, cfg)
+    adv = zero_without_spread(r - opmd_baseline(rewards, groups, cfg), rewards, groups)
     success = raft_select(r, float(getattr(cfg, "success_threshold", 1.0)))
     return broadcast_to_tokens(r3l_advantages(adv, success, float(getattr(cfg, "r3l_amplify", 3.0))), mask)

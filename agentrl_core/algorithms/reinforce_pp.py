@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from agentrl_core.algorithms.advantages import _check_shapes as check_advantage_inputs
-from agentrl_core.algorithms.advantages import float_rewards, group_stats
+from agentrl_core.algorithms.advantages import float_rewards, group_stats, zero_without_spread
 from agentrl_core.algorithms.registry import AlgorithmParams, register_advantage_estimator
 
 
@@ -31,11 +31,16 @@ def discounted_outcome_returns(seq_rewards: torch.Tensor, mask: torch.Tensor, ga
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
     """(x - mean) / (std + eps) over the tokens where mask != 0 of the WHOLE batch; 0 elsewhere.
 
-    mean = sum(x m) / N; std unbiased = sqrt(sum((x - mean)^2 m) / (N - 1)), taken as 0 for N <= 1
-    (so one token, or all-equal values, whiten to 0, never NaN). verl's masked_whiten is the same up
-    to the eps placement (it uses (x - mean) * rsqrt(var + 1e-8)). Shapes: [B,T], [B,T] -> [B,T].
+    mean = sum(x m) / N; std unbiased = sqrt(sum((x - mean)^2 m) / (N - 1)), taken as 0 for N <= 1.
+    Exactly 0 everywhere when the masked values are all equal (or N <= 1): computed, x - mean would be
+    the rounding error of the mean, and dividing it by a std of the same size fakes a signal (4x7 tokens
+    of 0.1 in float32 gave +0.0147). verl's masked_whiten is the same up to the eps placement (it uses
+    (x - mean) * rsqrt(var + 1e-8)) and that guard (it returns the noise, damped by the 1e-8 floor).
+    Shapes: [B,T], [B,T] -> [B,T].
     """
     on = mask != 0
+    if not bool((values[on].amax() > values[on].amin()) if on.any() else False):
+        return torch.zeros_like(values)
     n = on.sum()
     x = torch.where(on, values, values.new_zeros(()))
     mean = x.sum() / n.clamp(min=1)
@@ -72,6 +77,6 @@ def reinforce_pp_baseline_advantage(
     Shapes: rewards [B], groups [B], mask [B,T] -> [B,T] (0 where mask == 0).
     """
     check_advantage_inputs(rewards, groups, mask)
-    centred = float_rewards(rewards) - group_stats(rewards, groups).mean
+    centred = zero_without_spread(float_rewards(rewards) - group_stats(rewards, groups).mean, rewards, groups)
     returns = discounted_outcome_returns(centred, mask, float(getattr(cfg, "gamma", 1.0)))
     return masked_whiten(returns, mask, cfg.epsilon)

@@ -52,14 +52,19 @@ def usable_trajectories(trajs: Sequence[Trajectory]) -> list[Trajectory]:
     return [t for t in trajs if t.error is None and t.response_tokens > 0]
 
 
+def with_spread(trajs: Sequence[Trajectory]) -> list[bool]:
+    """Per trajectory: does its group's reward vary (`algorithms.group_has_spread` on the float32 rewards the
+    update computes advantages from)? The one predicate of DAPO's filter and the groups_with_signal metric."""
+    if not trajs:
+        return []
+    return alg.dynamic_sampling_keep(torch.tensor([t.reward for t in trajs], dtype=torch.float32),
+                                     torch.tensor([t.group for t in trajs], dtype=torch.long)).tolist()
+
+
 def _informative(trajs: Sequence[Trajectory]) -> list[Trajectory]:
     """DAPO's filter: the samples of groups whose rewards are not all equal (errored samples dropped)."""
     ok = usable_trajectories(trajs)
-    if not ok:
-        return []
-    keep = alg.dynamic_sampling_keep(torch.tensor([t.reward for t in ok], dtype=torch.float32),
-                                     torch.tensor([t.group for t in ok], dtype=torch.long))
-    return [t for t, k in zip(ok, keep.tolist()) if k]
+    return [t for t, k in zip(ok, with_spread(ok)) if k]
 
 
 def rollout_batch(engine: Engine, chat: ChatFormat, env_factory: Callable[[], Any], train_ids: Sequence[int],
@@ -92,9 +97,7 @@ def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     groups act in shared states (training.action_diversity); r3l/* with R3L."""
     ok = [t for t in trajs if t.error is None]
     n = max(1, len(ok))
-    groups: dict[int, set[float]] = {}
-    for t in ok:
-        groups.setdefault(t.group, set()).add(t.reward)
+    spread = {t.group: k for t, k in zip(ok, with_spread(ok))}
     return {
         "reward_mean": sum(t.reward for t in ok) / n,
         "success_rate": sum(t.success for t in ok) / n,
@@ -103,7 +106,7 @@ def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         "turns_mean": sum(t.num_turns for t in ok) / n,
         "truncated_rate": sum(t.truncated for t in ok) / n,
         "errors": float(len(trajs) - len(ok)),
-        "groups_with_signal": sum(len(r) > 1 for r in groups.values()) / max(1, len(groups)),
+        "groups_with_signal": sum(spread.values()) / max(1, len(spread)),
     } | action_diversity(ok) | invalid_action_rate(ok) | r3l_metrics(trajs)
 
 

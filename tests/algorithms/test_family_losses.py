@@ -155,14 +155,38 @@ def test_gspo_paper_epsilons():
     assert logp.grad[1].tolist() == pytest.approx([-math.exp(-0.0002)] * 2, rel=1e-6)
 
 
-def test_gspo_huge_ratio_is_capped():
-    # mean log-ratio 50 is clamped to 10 before exp: s = e^10, finite; A < 0 so not clipped
+def test_gspo_huge_ratio_is_capped_without_gradient():
+    # mean log-ratio 50 is capped at 10 before exp: s = e^10, finite; A < 0 so not clipped. The cap acts with
+    # its gradient (as verl): past it the sequence gets none (agentrl used to keep -A*e^10 = 22026 per token)
     old = torch.full((1, 2), -50.5)
     logp = torch.full((1, 2), -0.5, requires_grad=True)
     loss, _ = gspo_loss(logp, old, -torch.ones(1, 2), torch.ones(1, 2), cfg())
     loss.sum().backward()
     assert loss[0].tolist() == pytest.approx([math.exp(10)] * 2, rel=1e-5)
-    assert torch.isfinite(logp.grad).all()
+    assert logp.grad.tolist() == [[0.0, 0.0]]
+
+
+def test_gspo_just_below_the_cap_keeps_its_gradient():
+    # log s = 9.5 < 10: l = -A s per token, d l / d logp_t = -A s = e^9.5 (A = -1), token-sum
+    old = torch.full((1, 2), -10.0)
+    logp = torch.full((1, 2), -0.5, requires_grad=True)
+    loss, _ = gspo_loss(logp, old, -torch.ones(1, 2), torch.ones(1, 2), cfg())
+    loss.sum().backward()
+    assert logp.grad[0].tolist() == pytest.approx([math.exp(9.5)] * 2, rel=1e-5)
+
+
+def test_gspo_sequence_ratio_averages_raw_token_log_ratios():
+    # log-ratios [-25, 0, 0, 0, 0]: the GSPO formula (and verl) give log s = -5, s = e^-5 = 0.0067; clamping each
+    # token to -20 first gave e^-4. A = +1, token-sum gradient per token = -A s = -e^-5 (unclipped? s < 0.8:
+    # A > 0 and s below 1 - eps: l1 = -s > l2 = -0.8, so max = l1, unclipped)
+    old = torch.tensor([[0.0, -1.0, -1.0, -1.0, -1.0]])
+    logp = (old + torch.tensor([[-25.0, 0.0, 0.0, 0.0, 0.0]])).requires_grad_(True)
+    mask = torch.ones(1, 5)
+    assert sequence_log_ratio(logp.detach(), old, mask).tolist() == pytest.approx([-5.0])
+    loss, stats = gspo_loss(logp, old, torch.ones(1, 5), mask, cfg())
+    loss.sum().backward()
+    assert stats["seq_ratio"][0, 0].item() == pytest.approx(math.exp(-5), rel=1e-6)
+    assert logp.grad[0].tolist() == pytest.approx([-math.exp(-5)] * 5, rel=1e-5)
 
 
 # ---- RAFT

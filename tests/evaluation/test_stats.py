@@ -64,6 +64,42 @@ def test_several_samples_per_task_use_a_paired_t_interval():
     assert c.high - c.diff == pytest.approx(t_quantile(39) * 0.12660 / 40 ** 0.5, abs=1e-4)
 
 
+def _table(both: int, a_only: int, b_only: int, neither: int) -> tuple[dict[int, float], dict[int, float]]:
+    """Two models' per-task outcomes with the given paired 2x2 counts."""
+    cells = [(1.0, 1.0)] * both + [(1.0, 0.0)] * a_only + [(0.0, 1.0)] * b_only + [(0.0, 0.0)] * neither
+    return {t: x for t, (x, _) in enumerate(cells)}, {t: y for t, (_, y) in enumerate(cells)}
+
+
+@pytest.mark.parametrize("counts,published", [
+    # Altman, Machin, Bryant & Gardner, Statistics with Confidence (2000), p. 52 (Newcombe's method 10)
+    ((14, 5, 0, 22), (0.1220, 0.0115, 0.2265)),
+    # Fagerland, Lydersen & Laake, Statistical Analysis of Contingency Tables (2017), ch. 8 (Cavo et al. 2012),
+    # as contingencytables' tests print it
+    ((59, 6, 16, 80), (-0.0621, -0.1186, -0.0046)),
+])
+def test_paired_newcombe_interval_matches_published_worked_examples(counts, published):
+    a, b = _table(*counts)
+    c = compare(a, b)
+    assert c.method == "paired Newcombe"
+    assert (c.diff, c.low, c.high) == pytest.approx(published, abs=6e-5)
+
+
+def test_newcombe_phi_continuity_correction_branches():
+    # ad - bc in [0, n/2] -> phi = 0: the interval is the unpaired square-and-add of the two Wilson intervals
+    a, b = _table(3, 2, 1, 2)  # ad - bc = 6 - 2 = 4 = n/2
+    c = compare(a, b)
+    p1, p2 = 5 / 8, 4 / 8
+    l1, u1 = wilson_interval(5, 8)
+    l2, u2 = wilson_interval(4, 8)
+    assert c.low == pytest.approx((p1 - p2) - ((p1 - l1) ** 2 + (u2 - p2) ** 2) ** 0.5)
+    assert c.high == pytest.approx((p1 - p2) + ((u1 - p1) ** 2 + (p2 - l2) ** 2) ** 0.5)
+    # ad - bc < 0 is used as it is (negative correlation widens the interval past the unpaired one)
+    a, b = _table(1, 4, 4, 1)
+    wide = compare(a, b)
+    l, u = wilson_interval(5, 10)
+    assert wide.high - wide.diff > ((u - 0.5) ** 2 + (0.5 - l) ** 2) ** 0.5
+
+
 @pytest.mark.parametrize("n,p1,p2", [(30, 0.3, 0.3), (60, 0.2, 0.35), (200, 0.1, 0.15)])
 def test_paired_interval_covers_the_true_difference_95_percent_of_the_time(n, p1, p2):
     rng = random.Random(n)

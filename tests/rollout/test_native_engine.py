@@ -359,3 +359,63 @@ def test_common_prefix():
     a = list(range(1000))
     b = a[:777] + [-1] + a[778:]
     assert common_prefix(a, b) == 777
+
+
+def _episode_logprobs(model, tok, chat, autocast: str) -> tuple[torch.Tensor, dict[str, torch.Tensor], int, dict]:
+    """Household episodes played by the native engine under `autocast` (continuous loop, each episode's KV
+    cache kept across its turns), then the trainer's log-probs of the same tokens through the update's own path
+    (collate -> token_logprobs at the sampling temperature), in float32 and in `autocast`: (engine log-probs,
+    {mode: trainer log-probs}, on every model token; the fewest turns an episode played; the engine's stats)."""
+    from agentrl_core.envs import make
+    from agentrl_core.rollout import EpisodeSpec, LoopLimits, run_episodes
+    from agentrl_core.training.batching import collate
+
+    sampling = SamplingConfig(temperature=0.7, max_new_tokens=12)
+    engine = NativeEngine(model, tok, autocast=autocast)
+    specs = [EpisodeSpec(task_id=t, group=t, seed=t) for t in (3, 10, 21)]
+    trajs = run_episodes(engine, chat, lambda: make("household"), specs, sampling, LoopLimits(4, 4096), seed=5)
+    assert all(t.error is None for t in trajs), [t.error for t in trajs]
+    mb = collate(trajs, list(range(len(trajs))), tok.pad_token_id)
+    on = mb.target_mask.bool()
+    trainer = {}
+    for mode in {"float32", autocast}:
+        with torch.no_grad():
+            trainer[mode] = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.target_mask, temperature=0.7,
+                                           autocast=mode).logprobs[on]
+    return mb.engine_logprobs[on], trainer, min(t.num_turns for t in trajs), engine.stats()
+
+
+@pytest.mark.slow
+def test_multi_turn_engine_logprobs_equal_the_trainers_float32(real):
+    """A regression guard for on-policy training: over whole multi-turn episodes, where every turn after the
+    first decodes on the KV cache its episode kept (only the new observation is prefilled), the log-probs the
+    engine records are the ones the trainer computes for the same tokens. float32: within 2e-4 (kernel order)."""
+    model, tok, chat = real
+    engine, trainer, turns, stats = _episode_logprobs(model, tok, chat, "float32")
+    assert turns >= 2 and stats["reused_tokens"] > 0  # several turns, and later turns really ran on the kept cache
+    gaps = (engine - trainer["float32"]).abs()
+    assert gaps.numel() > 30 and gaps.max().item() < 2e-4, gaps.max()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BF16_CPU, reason=f"no native bf16 here: {BF16_WHY}")
+def test_multi_turn_engine_logprobs_equal_the_trainers_bf16(real):
+    """The same in bf16, engine and trainer both under bf16 autocast. bf16 keeps 8 significant bits and the two
+    run different kernel sequences (one token at a time on a cache vs one pass over the episode), so each is
+    only within bf16's noise of float32 and they agree to the sum of two such errors. The bound: the gap is
+    at most 2.5x the trainer's own bf16 error (|trainer bf16 - trainer float32|), in mean and in max, and
+    never above 0.5 nats. Measured on an AMD EPYC Zen 4 (AVX512-BF16), 144 tokens: gap mean 0.022, max 0.19;
+    the trainer's own bf16 error mean 0.021, max 0.21; the engine's 0.016, 0.21. A real defect (a stale cache, a position off by one, a wrong temperature) moves whole nats."""
+    model, tok, chat = real
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        engine, trainer, turns, stats = _episode_logprobs(model, tok, chat, "bfloat16")
+    finally:
+        torch.set_num_threads(threads)
+    assert turns >= 2 and stats["reused_tokens"] > 0
+    gaps, own = (engine - trainer["bfloat16"]).abs(), (trainer["bfloat16"] - trainer["float32"]).abs()
+    assert 0 < own.mean() < 0.05  # the trainer really ran in bf16, and bf16 is close to float32 here
+    assert gaps.mean() <= 2.5 * own.mean() and gaps.max() <= 2.5 * own.max(), (gaps.mean(), own.mean(),
+                                                                                gaps.max(), own.max())
+    assert gaps.max() < 0.5
