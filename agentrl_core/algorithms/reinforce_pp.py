@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from agentrl_core.algorithms.advantages import _check_shapes as check_advantage_inputs
-from agentrl_core.algorithms.advantages import float_rewards, group_stats, zero_without_spread
+from agentrl_core.algorithms.advantages import float_rewards, group_has_spread, group_stats
 from agentrl_core.algorithms.registry import AlgorithmParams, register_advantage_estimator
 
 
@@ -72,11 +72,15 @@ def reinforce_pp_baseline_advantage(
 ) -> torch.Tensor:
     """REINFORCE++-baseline: subtract the group mean of the rewards, then as REINFORCE++.
 
-    A[i,t] = whiten_batch(gamma^k[i,t] * (r_i - mean_g)); with gamma = 1 (default) this is verl's
-    "reinforce_plus_plus_baseline". A singleton group's centred reward is 0 (before whitening).
+    A[i,t] = whiten_S(gamma^k[i,t] * (r_i - mean_g)) for the samples of groups with spread (S: the whitening's
+    mean and std over their response tokens only); A = 0 exactly for a group without spread (one sample, or all
+    rewards equal). With gamma = 1 (default) and every group with spread this is verl's
+    "reinforce_plus_plus_baseline". verl whitens over the whole batch, so there a group without signal (its
+    centred reward 0, or r_i for a lone sample) gets -mean/std, a push that depends on the other groups.
     Shapes: rewards [B], groups [B], mask [B,T] -> [B,T] (0 where mask == 0).
     """
     check_advantage_inputs(rewards, groups, mask)
-    centred = zero_without_spread(float_rewards(rewards) - group_stats(rewards, groups).mean, rewards, groups)
+    spread = group_has_spread(rewards, groups)
+    centred = torch.where(spread, float_rewards(rewards) - group_stats(rewards, groups).mean, 0.0)
     returns = discounted_outcome_returns(centred, mask, float(getattr(cfg, "gamma", 1.0)))
-    return masked_whiten(returns, mask, cfg.epsilon)
+    return masked_whiten(returns, (mask != 0) & spread[:, None], cfg.epsilon)

@@ -128,18 +128,18 @@ def test_reinforce_pp_degenerate_cases_are_zero_not_nan():
 
 
 def test_reinforce_pp_baseline_subtracts_group_mean_first():
-    # groups {0: [1, 0]} -> centred 0.5, -0.5; {1: [1, 1]} -> 0, 0. Tokens (2 each): 0.5 x2, -0.5 x2, 0 x4;
-    # mean 0, sum sq 4 * 0.25 = 1, var 1/7, std 0.3779645 => +-0.5/0.3779645 = +-1.3228757
+    # groups {0: [1, 0]} -> centred 0.5, -0.5; {1: [1, 1]} has no spread: 0, and left out of the whitening.
+    # Tokens of group 0 (2 each): 0.5 x2, -0.5 x2; mean 0, sum sq 1, var 1/3, std 0.5773503 => +-0.8660254
     adv = reinforce_pp_baseline_advantage(
         torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]), torch.ones(4, 2), cfg()
     )
-    a = 1.3228757
+    a = 0.8660254
     close(adv, [[a, a], [-a, -a], [0.0, 0.0], [0.0, 0.0]])
     # a singleton's centred reward is 0 before whitening: a lone success gets nothing
     lone = reinforce_pp_baseline_advantage(
         torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 5]), torch.ones(3, 1), cfg()
     )
-    assert lone[2, 0].item() == pytest.approx(0.0, abs=1e-6)
+    assert lone[2, 0].item() == 0.0
 
 
 # ---- OPMD

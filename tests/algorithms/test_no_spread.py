@@ -109,3 +109,15 @@ def test_one_predicate_for_spread():
     assert ((adv != 0) == group_has_spread(r, g)).all()
     with pytest.raises(ValueError, match=r"\[B\]"):
         group_has_spread(r, g[:3])
+
+
+def test_reinforce_pp_baseline_keeps_groups_without_spread_at_zero_in_a_mixed_batch():
+    # rows of different lengths: whitening over the whole batch (verl) would shift the all-equal group's zeros
+    # to -mean/std (0.42 here); they are left out of the statistics and stay 0, the other group is whitened alone
+    r = torch.tensor([0.3, 0.3, 0.0, 1.0])
+    g = torch.tensor([0, 0, 1, 1])
+    m = torch.tensor([[1.0, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+    adv = batch_advantage("reinforce_pp_baseline")(StepBatch(r, g, m, [[], [], [], []]), AlgorithmConfig())
+    assert adv[:2].abs().max().item() == 0.0
+    centred = torch.tensor([[-0.5] * 4, [0.5, 0, 0, 0]])
+    torch.testing.assert_close(adv[2:], masked_whiten(centred, m[2:], AlgorithmConfig().epsilon))
