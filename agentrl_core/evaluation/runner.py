@@ -36,15 +36,15 @@ def evaluate_model(
     model: str | Path, *, env_name: str, env_url: str, cfg: EvalConfig, n_tasks: int, max_turns: int,
     max_context_tokens: int = 2048, dtype: str = "float32", autocast: str = "float32", out_dir: Path | None = None,
     on_progress: ProgressCallback | None = None, task_ids: Sequence[int] | None = None,
-    engine: EngineConfig | None = None,
+    engine: EngineConfig | None = None, device: str = "cpu",
 ) -> EvalSummary:
     """Play the first `n_tasks` test tasks (or exactly `task_ids`) k times each (sample j with seed
     cfg.seed + j) with the engine `engine` describes (default: auto, the native engine where it runs the
     model; hf then plays cfg.batch_size episodes per batch). Trajectories go to
-    `out_dir/trajectories.parquet` when `out_dir` is given.
+    `out_dir/trajectories.parquet` when `out_dir` is given. The model plays on `device` ("cpu", "cuda").
     """
     path = resolve_model(str(model))
-    policy, tokenizer = load_model(path, dtype=dtype), load_tokenizer(path)
+    policy, tokenizer = load_model(path, dtype=dtype, device=device), load_tokenizer(path)
     engine_cfg = (engine or EngineConfig()).model_copy(update={"max_batch": cfg.batch_size})
     if engine_cfg.kind not in ("auto", "native", "hf"):
         engine_cfg = engine_cfg.model_copy(update={"kind": "auto"})  # the model is loaded here, in this process

@@ -10,7 +10,6 @@ from typing import Iterator
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.experience.errors import ExperienceStartError
-from agentrl_core.experience.service import DB_ENV
 from agentrl_core.secrets import reveal
 from agentrl_core.web.auth import run_token
 from agentrl_core.web.server_process import ServerProcess, spawn_server
@@ -25,6 +24,9 @@ def launch_experience_pool(db_url: str, host: str = "127.0.0.1", port: int | Non
     AGENTRL_SERVER_TOKEN: inside `run_token()` (as a run starts it) it answers only requests bearing
     that token (web/auth.py). The database URL travels in its environment, not on its command line.
     """
+    # imported here: the service module pulls in SQLAlchemy, which a training run without the pool never needs
+    from agentrl_core.experience.service import DB_ENV
+
     env = {DB_ENV: db_url, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
            "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "false")}
     return spawn_server("agentrl_core.experience.service", ["--log-level", log_level], what="experience pool",

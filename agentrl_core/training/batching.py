@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import torch
@@ -30,6 +30,13 @@ class MicroBatch:
     @property
     def tokens(self) -> int:
         return int(self.attention_mask.sum())
+
+    def to(self, device: torch.device | str) -> MicroBatch:
+        """The same micro-batch with its tensors on `device` (itself when they are there already)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        return replace(self, **{name: getattr(self, name).to(device) for name in
+                                ("input_ids", "attention_mask", "target_mask", "engine_logprobs", "advantages")})
 
 
 def plan_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:

@@ -108,8 +108,9 @@ def sync_engine(engine: Any, session: TrainingSession, cfg: RecipeConfig) -> Non
 
 
 def train_grpo(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: Path | None = None,
-               on_step: StepCallback | None = None) -> StageResult:
-    """Run (or resume) the GRPO stage to `trainer.steps`; returns its last checkpoint."""
+               on_step: StepCallback | None = None, device: str = "cpu") -> StageResult:
+    """Run (or resume) the GRPO stage to `trainer.steps`; returns its last checkpoint. `device` ("cpu",
+    "cuda") is where the in-process loop keeps the policy, its engine and π_ref (Ray places its own workers)."""
     cfg = resolve_compute_settings(cfg, init_model)  # model.compute_dtype/cpu_threads auto -> this machine's
     stage_dir = stage_dir or cfg.run_dir / "grpo"
     with stage_writer(stage_dir):  # one writer per stage directory (StageBusyError for a second)
@@ -119,7 +120,7 @@ def train_grpo(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: 
 
             return train_grpo_ray(cfg, init_model=init_model, env_url=env_url, stage_dir=stage_dir, on_step=on_step)
         with experience_for(cfg, stage_dir.parent) as cfg:  # the pool, when on and not already running
-            return _train_local(cfg, init_model, env_url, stage_dir, on_step)
+            return _train_local(cfg, init_model, env_url, stage_dir, on_step, device)
 
 
 ALGORITHM_FILE = "algorithm.json"
@@ -134,7 +135,7 @@ def record_algorithm(stage_dir: Path, cfg: RecipeConfig) -> Path:
 
 
 def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: Path,
-                 on_step: StepCallback | None) -> StageResult:
+                 on_step: StepCallback | None, device: str = "cpu") -> StageResult:
     """The GRPO loop in this process: rollout, update, log, checkpoint, from the session's start step."""
     torch.manual_seed(cfg.trainer.seed)
     plan = memory_plan_for(cfg, init_model, native_engine=cfg.rollout.engine.kind in ("auto", "native"))
@@ -146,7 +147,7 @@ def _train_local(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: P
     session = open_session(stage_dir, init_model, cfg.trainer.optim, cfg.grpo_optimizer_steps,
                            resume=cfg.trainer.resume, dtype=cfg.model.dtype,
                            gradient_checkpointing=cfg.model.gradient_checkpointing, lora=cfg.model.lora,
-                           trainer=cfg.trainer)
+                           trainer=cfg.trainer, device=device)
     engine = rollout_engine(cfg, session, init_model)
     chat = ChatFormat(session.tokenizer)
     ref_model = reference_model(cfg, init_model, session)

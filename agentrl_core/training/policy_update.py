@@ -257,6 +257,9 @@ def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: tor
     """Forward, loss and backward of one micro-batch; returns its share of the loss terms (normalised by the
     global batch) and adds its entropy, clipping and engine gap to `diag` (turns: its rows' turn_index)."""
     cfg = ctx.algorithm
+    device = next(ctx.model.parameters()).device  # batches are built on the CPU; the loss runs beside the model
+    mb, turns = mb.to(device), turns.to(device)
+    old_logprobs = old_logprobs.to(device) if old_logprobs is not None else None
     # entropy is logged every step; it costs one softmax over the model's own tokens only
     stats = token_logprobs(ctx.model, mb.input_ids, mb.attention_mask, mb.target_mask,
                            temperature=ctx.temperature, with_entropy=True, autocast=ctx.autocast, prefixes=mb.prefixes)

@@ -144,8 +144,9 @@ class TrainingSession:
 
 def open_session(stage_dir: Path, init_model: Path, optim: OptimConfig, total_steps: int, *,
                  resume: str, dtype: str = "float32", gradient_checkpointing: bool = False,
-                 lora: LoraConfig | None = None, trainer: TrainerConfig | None = None) -> TrainingSession:
-    """Load the model (from the last checkpoint when resuming, else `init_model`) and its optimizer.
+                 lora: LoraConfig | None = None, trainer: TrainerConfig | None = None,
+                 device: str = "cpu") -> TrainingSession:
+    """Load the model (from the last checkpoint when resuming, else `init_model`) onto `device` and its optimizer.
 
     With `lora.enabled` the base always comes from `init_model` and gets fresh adapters (before
     the optimizer is built, so only they train); a resumed run then loads the checkpoint's adapter.
@@ -164,7 +165,7 @@ def open_session(stage_dir: Path, init_model: Path, optim: OptimConfig, total_st
         _check_same_run(_saved_state(ckpt), init_model, ckpt)
         _check_same_backend(ckpt, deepspeed)
     source = ckpt / "model" if ckpt is not None and not use_lora else init_model
-    model = load_model(source, dtype=dtype)
+    model = load_model(source, dtype=dtype, device=device)
     model.train()
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()

@@ -61,7 +61,7 @@ def sft_update(session: TrainingSession, demos: Sequence[Trajectory], grad_clip:
     rows = _packed_logprobs if packing else _padded_logprobs
     total = 0.0
     for logprobs, mask in rows(session, demos, micro_batch_tokens, pad_id, autocast):
-        loss = -(logprobs * mask).sum() / n_tokens
+        loss = -(logprobs * mask.to(logprobs.device)).sum() / n_tokens
         if session.uses_deepspeed:
             session.backend.backward(loss)
         else:
@@ -116,22 +116,23 @@ def load_or_collect_demos(cfg: RecipeConfig, stage_dir: Path, init_model: Path, 
 
 
 def train_sft(cfg: RecipeConfig, *, init_model: Path, env_url: str, stage_dir: Path | None = None,
-              on_step: StepCallback | None = None) -> StageResult:
-    """Run (or resume) supervised fine-tuning on expert demonstrations; returns its last checkpoint."""
+              on_step: StepCallback | None = None, device: str = "cpu") -> StageResult:
+    """Run (or resume) supervised fine-tuning on expert demonstrations, the model on `device` ("cpu", "cuda");
+    returns its last checkpoint."""
     cfg = resolve_compute_settings(cfg, init_model)  # model.compute_dtype/cpu_threads auto -> this machine's
     stage_dir = stage_dir or cfg.run_dir / "sft"
     with stage_writer(stage_dir):  # one writer per stage directory (StageBusyError for a second)
-        return _train_sft(cfg, init_model, env_url, stage_dir, on_step)
+        return _train_sft(cfg, init_model, env_url, stage_dir, on_step, device)
 
 
 def _train_sft(cfg: RecipeConfig, init_model: Path, env_url: str, stage_dir: Path,
-               on_step: StepCallback | None) -> StageResult:
+               on_step: StepCallback | None, device: str = "cpu") -> StageResult:
     demos = load_or_collect_demos(cfg, stage_dir, init_model, env_url)
     schedule = sft_schedule(len(demos), cfg)
     torch.manual_seed(cfg.trainer.seed)
     session = open_session(stage_dir, init_model, cfg.sft.optim, len(schedule), resume=cfg.trainer.resume,
                            dtype=cfg.model.dtype, gradient_checkpointing=cfg.model.gradient_checkpointing,
-                           lora=cfg.model.lora, trainer=cfg.trainer)
+                           lora=cfg.model.lora, trainer=cfg.trainer, device=device)
     pad_id = session.tokenizer.pad_token_id
     last: dict[str, float] = {}
     with session.writer, session.resume_hint():

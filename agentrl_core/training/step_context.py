@@ -31,7 +31,7 @@ def reference_model(cfg: RecipeConfig, init_model: Path, session: TrainingSessio
 
     A LoRA session's base is `init_model` itself, so its reference is the same model with the
     adapters switched off (peft's `disable_adapter()`), which costs no second copy; otherwise
-    (or when no session is given) a frozen copy of `init_model` is loaded.
+    (or when no session is given) a frozen copy of `init_model` is loaded, on the session model's device.
     """
     if cfg.algorithm.kl_coef <= 0 and cfg.algorithm.kl_reward_coef <= 0:
         return None
@@ -39,6 +39,7 @@ def reference_model(cfg: RecipeConfig, init_model: Path, session: TrainingSessio
         from agentrl_core.models.lora import adapters_off
 
         return adapters_off(session.adapter)
-    ref = load_model(init_model, dtype=cfg.model.dtype)
+    device = str(next(session.model.parameters()).device) if session is not None else "cpu"
+    ref = load_model(init_model, dtype=cfg.model.dtype, device=device)
     ref.requires_grad_(False)
     return ref.eval()
