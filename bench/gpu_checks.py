@@ -49,18 +49,27 @@ CARRIED = {1: [f"{carry.CARRY}/wheels", f"{carry.CARRY}/tokenizer", f"{carry.CAR
            2: [f"{carry.CARRY}/wheels", f"{carry.CARRY}/part2"]}
 
 
-def device_command(n: int) -> str:
-    """The shell line of device command `n`: install the carried wheels, run, keep the log under $OUT."""
+def device_command(n: int, flags: str = "", log: str = "") -> str:
+    """The shell line of device command `n` (with extra `flags`, its log as `log`): install the carried wheels,
+    run, keep the log under $OUT."""
     return (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target {SITE} "
             f"{carry.CARRY}/wheels/*.whl && export PYTHONPATH={SITE} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 "
             f"TOKENIZERS_PARALLELISM=false || exit 1; set -o pipefail; "
-            f'python3 bench/gpu_checks.py --command {n} --out "$OUT" 2>&1 | tee "$OUT/log_{n}.txt"')
+            f'python3 bench/gpu_checks.py --command {n}{" " + flags if flags else ""} --out "$OUT" 2>&1 | '
+            f'tee "$OUT/{log or f"log_{n}.txt"}"')
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="docs/gpu-checks.md")
-    p.add_argument("what", nargs="?", choices=["prepare", "run"], default="run",
-                   help="prepare: fill .gpu_carry/ here and print the device commands; run (default): measure")
+    p.add_argument("what", nargs="?", choices=["prepare", "run", "keep"], default="run",
+                   help="prepare: fill .gpu_carry/ here and print the device commands; run (default): measure; "
+                        "keep: a device run's figures file and log (--figures, --log) into bench/results/ "
+                        "(--record, --revision: the commit the device ran)")
+    p.add_argument("--figures", type=Path, help="keep: the figures_N.json a device run returned")
+    p.add_argument("--log", type=Path, help="keep: the log_N.txt beside it")
+    p.add_argument("--record", help="keep: the results file's name (bench/results/NAME.json)")
+    p.add_argument("--revision", help="keep: the commit whose working tree the device ran")
+    p.add_argument("--ran-flags", default="", help="keep: flags the run added to the device command, as one string")
     p.add_argument("--command", type=int, choices=[1, 2], help="which device command to run")
     p.add_argument("--dry-run", action="store_true", help="the same code on the CPU with tiny sizes (CI)")
     p.add_argument("--out", default=os.environ.get("OUT"), help="where the figures and log go (default: $OUT)")
@@ -77,6 +86,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.what == "run" and (args.command is None or not args.out):
         p.error("run needs --command 1|2 and --out DIR (or $OUT)")
+    if args.what == "keep" and not (args.figures and args.log and args.record and args.revision and args.command):
+        p.error("keep needs --figures, --log, --record, --revision and --command (the device command it ran)")
     return args
 
 
@@ -89,6 +100,12 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
 
         prepare(args.carry, args.python_version, args.model_wheel, {n: device_command(n) for n in (1, 2)},
                 CARRIED, TIMEOUT_S)
+        return {}
+    if args.what == "keep":
+        from bench.gpu.record import keep_results
+
+        line = device_command(args.command, args.ran_flags, args.log.name)
+        print(keep_results(args.figures, args.log, args.record, line, args.revision, ROOT / "bench" / "results"))
         return {}
     budget = args.budget_s if args.budget_s is not None else BUDGET_S[args.command]
     deadline = Deadline(budget)

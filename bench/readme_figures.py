@@ -7,7 +7,8 @@ quotes (`result:`, a record name of `bench/recording.py`) and the text of each c
 text figure is put in as it is). A row's `flatten: [field, ...]` also offers those extra fields of the
 results file as figures named by their path (`comparisons/gigpo-seed0-sft-seed0/low`,
 `tests/sft-seed0/success_rate`; list items named as `bench/record_command.py` names them). Every table
-also gets the CPU the row was measured on and the command that printed it, both read from the results file.
+also gets the CPU the row was measured on (column `CPU`; a GPU table names its card in column `card`) and the
+command that printed it, both read from the results file.
 In the README a table sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`.
 
     .venv/bin/python bench/readme_figures.py          # rewrite the README's tables from the results
@@ -79,6 +80,12 @@ def short_cpu(result: dict[str, Any]) -> str:
     return f"{name}, {m.get('usable_cores', m.get('cores', '?'))} cores, {isa}"
 
 
+def short_card(result: dict[str, Any]) -> str:
+    """"NVIDIA H200 (sm 9.0, 139.8 GiB), torch 2.11.0+cu130": the GPU of a device run's results in one cell."""
+    d = result.get("device") or {}
+    return f"{d.get('name', '?')} (sm {d.get('capability', '?')}, {d.get('memory_gib', '?')} GiB), torch {d.get('torch', '?')}"
+
+
 def render_row(row: dict[str, Any], columns: list[str], results: Path) -> str:
     record = row["result"]
     result = load_result(record, results)
@@ -92,6 +99,8 @@ def render_row(row: dict[str, Any], columns: list[str], results: Path) -> str:
     for col in columns:
         if col == "CPU":
             cells.append(short_cpu(result))
+        elif col == "card":
+            cells.append(short_card(result))
         elif col == "command":
             command = result.get("recorded_command") or result["command"]
             cells.append(f"`{command}` ([output](bench/results/{record}.txt))")

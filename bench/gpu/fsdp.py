@@ -11,8 +11,11 @@ steps AdamW. The plain side is agentrl's TorchBackend on an identical copy of th
 
     loss_rel   = |L_fsdp − L_plain| / |L_plain|                      (tolerance 1e-5)
     grad_rel   = ‖g_fsdp − g_plain‖₂ / ‖g_plain‖₂ over all parameters  (tolerance 1e-4)
-    param_diff = max |θ_fsdp − θ_plain| after the AdamW step, in units of the lr (tolerance 0.01: AdamW's
-                 first step moves every weight by about lr, so 0.01 lr is 1% of the update)
+    update_rel = ‖Δθ_fsdp − Δθ_plain‖₂ / ‖Δθ_plain‖₂ of the AdamW step Δθ          (tolerance 1e-3)
+    param_diff = max |θ_fsdp − θ_plain| after the step, in units of the lr (reported, no target: AdamW's first
+                 step moves each weight by lr·g/(|g| + 1e-8), so a weight whose gradient is at the level of
+                 summation noise (|g| ~ 1e-9) moves by an arbitrary fraction of lr on each side; the H200 run
+                 measured 0.14 lr there with grad_rel 1.8e-6, which the 1% target it had then called a failure)
 fp32 with TF32 off: the two sides differ only in summation order.
 """
 
@@ -30,7 +33,7 @@ from bench.gpu.record import Figures
 from bench.gpu.shapes import Shape, build_random
 
 LR = 1e-5
-TOLERANCES = {"loss_rel": 1e-5, "grad_rel": 1e-4, "param_diff_in_lr": 1e-2}
+TOLERANCES = {"loss_rel": 1e-5, "grad_rel": 1e-4, "update_rel": 1e-3, "param_diff_in_lr": None}
 
 
 def bool_logits_to_keep() -> bool:
@@ -158,6 +161,7 @@ def fsdp_equivalence(figs: Figures, shape: Shape, tokenizer: Any, device: torch.
     with strict_fp32():
         plain = build_random(shape, device, tokenizer=tokenizer).train()
         sharded = copy.deepcopy(plain)
+        start = {n: p.detach().clone() for n, p in plain.named_parameters()}
         pad = int(tokenizer.pad_token_id)
         m_plain, g_plain = one_update(plain, plain, lambda m, o, s: TorchBackend(m, o, s, 1.0), trajs, pad,
                                       micro_tokens)
@@ -166,23 +170,29 @@ def fsdp_equivalence(figs: Figures, shape: Shape, tokenizer: Any, device: torch.
             shard(sharded, mesh)
             m_fsdp, g_fsdp = one_update(sharded, Wrapped(sharded), lambda m, o, s: FsdpBackend(m, o, s, 1.0), trajs,
                                         pad, micro_tokens)
-            diffs = compare(plain, sharded, m_plain, m_fsdp, g_plain.grads, g_fsdp.grads)
+            diffs = compare(plain, sharded, m_plain, m_fsdp, g_plain.grads, g_fsdp.grads, start)
         finally:
             dist.destroy_process_group()
     note = (f"FSDP2 fully_shard over a world-size-1 {'nccl' if device.type == 'cuda' else 'gloo'} group (one GPU: "
             "the all-gather and reduce-scatter run through one rank); fp32, TF32 off; boolean logits_to_keep "
             + ("supported" if bool_logits_to_keep() else "NOT supported by this transformers (head on every position)"))
     for key, value in diffs.items():
-        figs.add(f"fsdp/{key}", float(f"{value:.3e}"), target=("<=", TOLERANCES[key]),
+        figs.add(f"fsdp/{key}", float(f"{value:.3e}"),
+                 target=("<=", TOLERANCES[key]) if TOLERANCES[key] is not None else None,
                  note=note if key == "loss_rel" else "")
 
 
 def compare(plain: torch.nn.Module, sharded: torch.nn.Module, m_plain: dict[str, float], m_fsdp: dict[str, float],
-            g_plain: dict[str, torch.Tensor], g_fsdp: dict[str, torch.Tensor]) -> dict[str, float]:
-    """loss_rel, grad_rel and param_diff_in_lr (module docstring) of the two updated models."""
+            g_plain: dict[str, torch.Tensor], g_fsdp: dict[str, torch.Tensor],
+            start: dict[str, torch.Tensor]) -> dict[str, float]:
+    """loss_rel, grad_rel, update_rel and param_diff_in_lr (module docstring) of the two updated models."""
     loss_rel = abs(m_fsdp["loss"] - m_plain["loss"]) / max(abs(m_plain["loss"]), 1e-12)
     num = sum(float((g_fsdp[n] - g).pow(2).sum()) for n, g in g_plain.items())
     den = sum(float(g.pow(2).sum()) for g in g_plain.values())
     params = dict(sharded.named_parameters())
     worst = max(float((_full(params[n].data) - p.data).abs().max()) for n, p in plain.named_parameters())
-    return {"loss_rel": loss_rel, "grad_rel": (num / max(den, 1e-30)) ** 0.5, "param_diff_in_lr": worst / LR}
+    # both started from the same weights, so θ_fsdp − θ_plain = Δθ_fsdp − Δθ_plain; Δθ_plain = θ_plain − θ_0
+    off = sum(float((_full(params[n].data) - p.data).pow(2).sum()) for n, p in plain.named_parameters())
+    moved = sum(float((p.data - start[n]).pow(2).sum()) for n, p in plain.named_parameters())
+    return {"loss_rel": loss_rel, "grad_rel": (num / max(den, 1e-30)) ** 0.5,
+            "update_rel": (off / max(moved, 1e-30)) ** 0.5, "param_diff_in_lr": worst / LR}

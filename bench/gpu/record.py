@@ -133,3 +133,34 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     return str(value)
+
+
+def keep_results(figures_file: Path, log_file: Path, record: str, device_command: str, revision: str,
+                 results_dir: Path) -> Path:
+    """A device run's figures file and log as a results file of `bench/recording.py`'s kind:
+    `<record>.json` (bench, record, command, device, git_revision, date, figures: the numbers, texts: the
+    rest, targets, phases, notes) and `<record>.txt` (the log, headed by the command). `revision` is the
+    commit whose tree the device ran (the device copies the working tree: commit before the run)."""
+    import datetime as dt
+
+    data = json.loads(Path(figures_file).read_text())
+    numbers = {k: float(e["value"]) for k, e in data["figures"].items()
+               if isinstance(e["value"], (int, float)) and not isinstance(e["value"], bool)}
+    texts = {k: str(e["value"]) for k, e in data["figures"].items() if k not in numbers}
+    targets = {k: {"target": e["target"], "ok": e["ok"]} for k, e in data["figures"].items() if "target" in e}
+    texts |= {f"target/{k}": f"{t['target']}: {'met' if t['ok'] else 'missed'}" for k, t in targets.items()}
+    notes = {k: e["note"] for k, e in data["figures"].items() if e.get("note")}
+    device = data["device"]
+    short = "python3 bench/gpu_checks.py " + " ".join(data["meta"].get("argv", [])).replace(" --out /root/out", "")
+    payload = {"bench": "gpu_checks", "record": record, "command": device_command, "recorded_command": short,
+               "cpu": f"GPU: {device.get('name')} (capability {device.get('capability')}, "
+                      f"{device.get('memory_gib')} GiB), torch {device.get('torch')}",
+               "device": device, "git_revision": revision, "git_dirty": False,
+               "date": dt.datetime.fromtimestamp(Path(figures_file).stat().st_mtime, dt.timezone.utc)
+               .isoformat(timespec="seconds"),
+               "figures": numbers, "texts": texts, "targets": targets, "figure_notes": notes,
+               "phases": data["phases"], "notes": data["notes"], "meta": data["meta"]}
+    stem = Path(results_dir) / record
+    stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
+    stem.with_suffix(".txt").write_text(f"$ {device_command}\n" + Path(log_file).read_text())
+    return stem.with_suffix(".json")
