@@ -34,23 +34,29 @@ def embedded_model_path() -> Path:
     return Path(resolve_model("smollm2-135m-instruct"))
 
 
-@pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory: pytest.TempPathFactory, embedded_model_path: Path) -> Path:
-    """A 2-layer random Llama with the real SmolLM2 tokenizer and chat template: fast, same token layout."""
+def make_tiny_model(out: Path) -> Path:
+    """A 2-layer random Llama (seed 0) with the real SmolLM2 tokenizer and chat template, saved in `out`."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(embedded_model_path)
+    from agentrl_core.models import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(Path(resolve_model("smollm2-135m-instruct")))
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
                       tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
-    out = tmp_path_factory.mktemp("tiny-llama")
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory, embedded_model_path: Path) -> Path:
+    """A 2-layer random Llama with the real SmolLM2 tokenizer and chat template: fast, same token layout."""
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="session")
