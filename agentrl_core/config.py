@@ -165,12 +165,13 @@ class DistributedConfig(Section):
     train_gpus: int = Field(0, ge=0)
     """GPUs of the trainer worker (one node's worth at most; 0 = train on CPU)."""
     max_policy_lag: int | None = Field(None, ge=0)
-    """None: the synchronous loop (roll out step t with the weights of t updates, update, repeat). k >= 0: the
-    asynchronous loop (distributed.async_loop): the rollout of step t+1 runs while the trainer updates on step
-    t, each new version reaches the workers in flight (between decode steps), and a batch trained at step t was
-    begun by weights at most k updates old; the gap is corrected by truncated importance sampling against the
-    engine's log-probs (algorithm.tis_cap > 0 is required). k = 0 is the synchronous schedule through the same
-    machinery."""
+    """How many versions a rollout may run ahead of the trainer (agentrl_core/grpo/loop.py, one loop for both).
+    None or 0: synchronous — roll out step t with the weights of t updates, update, publish, repeat (every
+    executor). k >= 1: asynchronous (the Ray executor: its rollout workers hold their own weights) — the rollout
+    of step t+1 runs while the trainer updates on step t, each new version reaches the workers in flight
+    (between decode steps), and a batch trained at step t was begun by weights at most k updates old; the gap is
+    corrected by truncated importance sampling against the engine's log-probs (algorithm.tis_cap > 0 is
+    required)."""
     max_step_retries: int = Field(2, ge=0)
     """How often one step's rollout is retried after a rollout worker died (the worker is recreated first)."""
     object_store_mb: int | None = Field(None, ge=75)

@@ -78,14 +78,16 @@ def check_combinations(cfg: Recipe) -> None:
 
 
 def _check_async(cfg: Recipe) -> None:
-    """The asynchronous loop (distributed.max_policy_lag) runs on Ray and needs its off-policy correction."""
+    """The asynchronous schedule (distributed.max_policy_lag >= 1) runs on Ray and needs its off-policy
+    correction; unset and 0 are the synchronous schedule, on every executor."""
     lag = cfg.distributed.max_policy_lag
-    if lag is None:
+    if not lag:
         return
     if cfg.distributed.backend != "ray":
         raise ConfigError(f"distributed.max_policy_lag={lag} runs rollout and update at once, which needs rollout "
-                          "workers apart from the trainer: set distributed.backend=ray, or leave max_policy_lag "
-                          "unset for the synchronous loop")
+                          "workers holding their own weights apart from the trainer's (in-process, the engine samples "
+                          "the trainer's own model): set distributed.backend=ray, or set max_policy_lag to 0 (or "
+                          "leave it unset) for the synchronous loop")
     if cfg.algorithm.tis_cap <= 0:
         raise ConfigError(f"distributed.max_policy_lag={lag}: samples begun by older weights must be reweighted by "
                           "pi_old/pi_behaviour (truncated importance sampling), which algorithm.tis_cap=0 turns off; "

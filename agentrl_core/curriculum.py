@@ -154,7 +154,7 @@ def run_stage(recipe: RecipeConfig, name: str, init_model: str | Path, *, on_ste
     from contextlib import nullcontext
 
     from agentrl_core.env_service import launch_server
-    from agentrl_core.training.grpo import train_grpo
+    from agentrl_core.grpo import train_grpo
 
     url = env_url or reveal(recipe.env.url, "env.url")
     server_cm = nullcontext(None) if url else launch_server(

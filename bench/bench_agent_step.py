@@ -37,7 +37,7 @@ from agentrl_core.machine_info import describe_cpu  # noqa: E402
 
 PER_STEP = ("time/rollout_s", "time/train_s", "time/step_s", "turns_mean", "episode_tokens", "response_length",
             "groups_with_signal", "samples_backpropagated", "success_rate", "rollout/prefilled_tokens",
-            "rollout/evictions", "rollout/forward_s", "memory/peak_after_rollout_gib")
+            "rollout/evictions", "rollout/forward_s", "memory/rollout_peak_rss_gib")
 """Metrics of each RL step (metrics.jsonl) the table shows, as medians over a setting's steps."""
 
 
@@ -137,7 +137,7 @@ def train_sft_start(args: argparse.Namespace, env_overrides: tuple[str, ...]) ->
 def run_child(args: argparse.Namespace) -> None:
     """One setting, one round (in its own process): RL steps from the start; prints the peak RSS as JSON."""
     from agentrl_core.env_service import launch_server
-    from agentrl_core.training.grpo import train_grpo
+    from agentrl_core.grpo import train_grpo
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("agentrl_core.training").setLevel(logging.INFO)  # the memory plan, the stage's progress
@@ -190,7 +190,7 @@ def report(args: argparse.Namespace, rows: dict[str, dict[str, float]], starts: 
                       f"{r.get('episode_tokens', 0):.0f}", f"{r.get('response_length', 0):.0f}",
                       f"{r.get('rollout/prefilled_tokens', 0):.0f}", f"{r.get('rollout/evictions', 0):.0f}",
                       f"{r.get('groups_with_signal', 0):.2f}", f"{r.get('samples_backpropagated', 0):.0f}",
-                      f"{r.get('success_rate', 0):.2f}", f"{r.get('memory/peak_after_rollout_gib', 0):.2f}",
+                      f"{r.get('success_rate', 0):.2f}", f"{r.get('memory/rollout_peak_rss_gib', 0):.2f}",
                       f"{r['peak_rss_gib']:.2f}")
     Console(width=max(Console().width, 200)).print(table)
     figures = {f"{name}/{k}": v for name, r in rows.items() for k, v in r.items()}

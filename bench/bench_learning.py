@@ -32,7 +32,7 @@ from agentrl_core.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.models import resolve_model  # noqa: E402
 from agentrl_core.models.compute_settings import resolve_compute_settings  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402
-from agentrl_core.training.grpo import train_grpo  # noqa: E402
+from agentrl_core.grpo import train_grpo  # noqa: E402
 from agentrl_core.training.metrics_log import read_metrics  # noqa: E402
 from agentrl_core.training.sft import train_sft  # noqa: E402
 

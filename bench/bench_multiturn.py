@@ -51,7 +51,7 @@ from agentrl_core.models import resolve_model  # noqa: E402
 from agentrl_core.models.compute_settings import resolve_compute_settings  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402
 from agentrl_core.tasksets import resolve_task_ids  # noqa: E402
-from agentrl_core.training.grpo import ALGORITHM_FILE, train_grpo  # noqa: E402
+from agentrl_core.grpo import ALGORITHM_FILE, train_grpo  # noqa: E402
 from agentrl_core.training.metrics_log import read_metrics  # noqa: E402
 from agentrl_core.training.sft import train_sft  # noqa: E402
 from agentrl_core.training.validation import held_back_ids  # noqa: E402

@@ -69,7 +69,7 @@ def main(model: str, root: str, address: str, token_file: str, steps: str, kill_
          role: str = "rollout", save_every: str = "1") -> None:
     from agentrl_core.env_service import launch_server
     from agentrl_core.recipes import load_recipe
-    from agentrl_core.training.grpo import train_grpo
+    from agentrl_core.grpo import train_grpo
     from agentrl_core.web.auth import run_token
 
     seen: dict[str, object] = {"placements": [], "leaked": []}
@@ -77,7 +77,7 @@ def main(model: str, root: str, address: str, token_file: str, steps: str, kill_
     def on_step(step: int, total: int, metrics: dict) -> None:
         seen["placements"].append(placement())
         seen["leaked"].append(token in metadata_text())
-        seen.setdefault("retries", []).append(metrics.get("rollout_retries", 0.0))
+        seen.setdefault("retries", []).append(metrics.get("rollout/retries", 0.0))
         seen.setdefault("step_s", []).append(metrics.get("time/step_s"))
         seen.setdefault("ended_at", []).append(time.time())
         if step == int(kill_after):

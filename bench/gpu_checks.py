@@ -1,7 +1,7 @@
 """Every GPU figure from two prepared commands that fit one device lease (15 minutes, start included).
 
 agentrl's own code runs on the GPU: its native engine (agentrl_core/rollout/native), its trainer and
-backends (agentrl_core/training), its GRPO loop (agentrl_core/training/grpo.py), on random weights at real
+backends (agentrl_core/training), its GRPO loop (agentrl_core/grpo/), on random weights at real
 sizes (command 1) and on the embedded SmolLM2-135M-Instruct (command 2). Every figure is printed with its
 target as it is measured and written at once to OUT/figures_N.json (docs/gpu-checks.md says what each
 means); every phase checks the command's deadline first and records itself as skipped when it would not fit.

@@ -20,7 +20,7 @@ from agentrl_core.models import resolve_model
 from agentrl_core.models.compute_settings import resolve_compute_settings
 from agentrl_core.stop_signals import run_interruptible
 from agentrl_core.tasksets import format_ranges, resolve_task_ids
-from agentrl_core.training.grpo import train_grpo
+from agentrl_core.grpo import train_grpo
 from agentrl_core.training.sft import train_sft
 from tasks.gpu import stage_gpus
 from tasks.retry import retry_transient, retry_unless_disk_full

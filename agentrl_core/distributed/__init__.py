@@ -1,7 +1,7 @@
-"""Ray as the distributed engine: placement, rollout workers, a trainer worker, weight sync, the driver.
+"""The Ray executor of the GRPO loop: placement, a rollout worker group, a trainer worker, weight sync, clusters.
 
-Only `driver.train_grpo_ray` and the Ray runtime import `ray`, lazily, so the rest of agentrl
-works without it installed.
+The loop itself is agentrl_core/grpo/loop.py; `executor.RayExecutor` carries its phases out on Ray. Only the
+executor and the Ray runtime import `ray`, lazily, so the rest of agentrl works without it installed.
 """
 
 from agentrl_core.distributed.placement import PlacementPlan, check_fits, plan_placement

@@ -7,7 +7,7 @@ objects) lives in a folder only this user can enter. Joining an existing cluster
 the cluster's token comes from distributed.ray_token_file (a file only its owner can read, as
 `deployments/ray_cluster.sh` writes it) or the user's own setup: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
 ~/.ray/auth_token, read by Ray. The run's secret variables reach its workers through the object store
-(agentrl_core.distributed.driver), never through the job's runtime env, which any client can list.
+(agentrl_core.distributed.executor), never through the job's runtime env, which any client can list.
 """
 
 from __future__ import annotations

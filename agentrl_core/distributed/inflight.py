@@ -104,10 +104,3 @@ class InflightEngine:
         self._engine.abort()
         self._first.clear()
 
-
-def sample_lags(weight_versions: Sequence[Sequence[int]], trained_version: int) -> tuple[int, int] | None:
-    """(largest, smallest) lag over a sample's tokens: trained_version − (first turn's first version, last
-    turn's last version); None for a sample without stamps."""
-    if not weight_versions:
-        return None
-    return trained_version - int(weight_versions[0][0]), trained_version - int(weight_versions[-1][1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,6 +79,10 @@ class RolloutPool:
         self.plan, self.group, self.init_model, self.env_url, self.cfg = plan, group, init_model, env_url, cfg
         self.environment = environment
         self.weights: _Weights | None = None
+        # The loop publishes from its thread while a rollout (which may replace a dead worker) runs in another:
+        # what the workers hold changes under this lock only, so a replacement never gets older weights than
+        # a publish gave the others, and a publish reaches a replacement that is already in the list.
+        self._weights_lock = threading.RLock()
         self.workers = [self._spawn(i) for i in range(len(plan.rollout))]
 
     def name(self, index: int) -> str:
@@ -93,36 +98,53 @@ class RolloutPool:
         """Every worker to `version` (checked); a worker found dead is replaced, which loads it too."""
         import ray
 
-        self.weights = _Weights(version, state_ref)
-        names = [self.name(i) for i in range(len(self.workers))]
-        try:
-            sync_weights(self.workers, names, version, state_ref)
-        except died_errors() as err:
-            self.replace(self._dead(), f"during the weight sync to version {version} ({type(err).__name__})")
-            check_versions(ray.get([w.weights_version.remote() for w in self.workers]), version, names)
+        with self._weights_lock:
+            self.weights = _Weights(version, state_ref)
+            names = [self.name(i) for i in range(len(self.workers))]
+            try:
+                sync_weights(self.workers, names, version, state_ref)
+            except died_errors() as err:
+                self.replace(self._dead(), f"during the weight sync to version {version} ({type(err).__name__})")
+                check_versions(ray.get([w.weights_version.remote() for w in self.workers]), version, names)
 
     def offer(self, version: int, state_ref: Any) -> None:
         """Every worker gets `version` in flight (taken at its next decode step, a rollout under way goes on):
         the asynchronous loop's sync. A dead worker is left to the rollout that finds it (WorkersDied)."""
         import ray
 
-        self.weights = _Weights(version, state_ref)
-        for i, worker in enumerate(self.workers):
-            try:
-                ray.get(worker.offer_weights.remote(version, state_ref))
-            except died_errors() as err:
-                log.error("%s did not take weights version %d (%s); its rollout will find it dead", self.name(i),
-                          version, type(err).__name__)
+        with self._weights_lock:
+            self.weights = _Weights(version, state_ref)
+            for i, worker in enumerate(self.workers):
+                try:
+                    ray.get(worker.offer_weights.remote(version, state_ref))
+                except died_errors() as err:
+                    log.error("%s did not take weights version %d (%s); its rollout will find it dead", self.name(i),
+                              version, type(err).__name__)
 
-    def run(self, specs: Sequence[EpisodeSpec], seed: int) -> list[Trajectory]:
-        """Every spec played (contiguous shards, one per worker); raises WorkersDied naming the dead ones."""
-        return self.collect(self.launch(specs, seed))
+    def run(self, specs: Sequence[EpisodeSpec], seed: int, **options: Any) -> list[Trajectory]:
+        """Every spec played (contiguous shards, one per worker; `options`: RolloutWorker.run's sampling and
+        max_live); raises WorkersDied naming the dead ones."""
+        return self.collect(self.launch(specs, seed, **options))
 
-    def launch(self, specs: Sequence[EpisodeSpec], seed: int) -> list[tuple[int, Any]]:
+    def launch(self, specs: Sequence[EpisodeSpec], seed: int, **options: Any) -> list[tuple[int, Any]]:
         """Start playing every spec (contiguous shards, one per worker); (worker index, ObjectRef) per shard."""
         shards = split_evenly(specs, len(self.workers))
-        return [(i, w.run.remote(s, seed + i * SHARD_SEED_STRIDE))
+        return [(i, w.run.remote(s, seed + i * SHARD_SEED_STRIDE, **options))
                 for i, (w, s) in enumerate(zip(self.workers, shards)) if s]
+
+    def engine_counters(self) -> dict[str, float]:
+        """The workers' engine counts summed (a worker that does not answer, or was just replaced: left out)."""
+        import ray
+
+        total: dict[str, float] = {}
+        for worker in self.workers:
+            try:
+                counts = ray.get(worker.engine_counters.remote(), timeout=60)
+            except (*died_errors(), ray.exceptions.GetTimeoutError):
+                continue
+            for key, value in counts.items():
+                total[key] = total.get(key, 0.0) + value
+        return total
 
     def collect(self, calls: Sequence[tuple[int, Any]]) -> list[Trajectory]:
         """The trajectories of launched shards, in spec order; raises WorkersDied naming the dead workers."""
@@ -161,6 +183,10 @@ class RolloutPool:
         node after missed heartbeats, and re-places its bundles only then): it is replaced again, after a
         wait, up to REPLACE_ATTEMPTS times.
         """
+        with self._weights_lock:
+            self._replace(indices, why)
+
+    def _replace(self, indices: Sequence[int], why: str) -> None:
         import ray
 
         for attempt in range(1, REPLACE_ATTEMPTS + 1):

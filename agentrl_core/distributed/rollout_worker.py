@@ -20,6 +20,9 @@ from agentrl_core.rollout import EpisodeSpec, Generation, LoopLimits, Trajectory
 from agentrl_core.rollout.engine_factory import make_engine
 from agentrl_core.secrets import adopt_worker_environment
 
+ENGINE_COUNTERS = ("prefilled_tokens", "reused_tokens", "evictions", "forward_s")
+"""The native engine's running counts a step reports (as rollout/<name>; grpo.local keeps the same list)."""
+
 log = logging.getLogger(__name__)
 
 
@@ -53,14 +56,23 @@ class RolloutWorker:
         self.chat = ChatFormat(tokenizer)
         self.client = EnvClient(env_url, timeout=cfg.env.request_timeout_s)
 
-    def run(self, specs: Sequence[EpisodeSpec], seed: int) -> list[Trajectory]:
-        """Play every spec to its end; one trajectory per spec, in order. Weights offered meanwhile
-        (offer_weights) are taken between decode steps; each turn records its weights' versions."""
+    def run(self, specs: Sequence[EpisodeSpec], seed: int, sampling: SamplingConfig | None = None,
+            max_live: int | None = None) -> list[Trajectory]:
+        """Play every spec to its end (rollout.sampling, or `sampling`: the validation's; at most `max_live`
+        episodes open at once); one trajectory per spec, in order. Weights offered meanwhile (offer_weights) are
+        taken between decode steps; each turn records its weights' versions."""
         if self.engine.offered_version() == UNSYNCED:
             raise RuntimeError("rollout before the first weight sync: the driver must sync the trainer's weights first")
         limits = LoopLimits(self.cfg.env.max_turns, self.cfg.rollout.max_context_tokens)
-        factory = lambda: RemoteEnv(self.client, self.cfg.env.name)
-        return run_episodes(self.engine, self.chat, factory, list(specs), self.cfg.rollout.sampling, limits, seed=seed)
+        factory = lambda: RemoteEnv(self.client, self.cfg.env.name)  # noqa: E731
+        return run_episodes(self.engine, self.chat, factory, list(specs), sampling or self.cfg.rollout.sampling,
+                            limits, seed=seed, max_live=max_live)
+
+    def engine_counters(self) -> dict[str, float]:
+        """The engine's running counts (the native engine's prefilled and reused tokens, evictions, forward
+        seconds); {} for an engine that keeps none."""
+        stats = getattr(self.engine, "stats", None)
+        return {k: float(v) for k, v in stats().items() if k in ENGINE_COUNTERS} if callable(stats) else {}
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig, seed: int) -> list[Generation]:
         """The engine's replies (tokens and their log-probs) to raw prompts: a probe of what the weights say."""

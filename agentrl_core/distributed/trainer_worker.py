@@ -18,6 +18,7 @@ from agentrl_core.training.memory_plan import check_peak
 from agentrl_core.training.step_context import reference_model, update_context
 from agentrl_core.training.policy_update import policy_update
 from agentrl_core.training.session import open_session
+from agentrl_core.training.validation import BestCheckpoint
 
 
 class TrainerWorker:
@@ -38,6 +39,7 @@ class TrainerWorker:
                                     gradient_checkpointing=cfg.model.gradient_checkpointing, lora=cfg.model.lora)
         self.ref_model = reference_model(cfg, Path(init_model), self.session)
         self.pad_id = HFEngine(self.session.model, self.session.tokenizer).pad_id
+        self.best = BestCheckpoint(Path(stage_dir))
         device = device or actor_device()
         if device != "cpu":
             _move(self.session, self.ref_model, device)
@@ -47,7 +49,7 @@ class TrainerWorker:
         return self.session.start_step
 
     def update(self, usable: Sequence[Trajectory]) -> dict[str, float]:
-        """One policy update on the usable trajectories (as grpo_step's train phase); its metrics."""
+        """One policy update on the usable trajectories (as the in-process executor's); its metrics."""
         cfg, session = self.cfg, self.session
         session.model.train()
         ctx = update_context(session, cfg, self.pad_id, self.ref_model)
@@ -59,6 +61,11 @@ class TrainerWorker:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The policy's weights (CPU, the model's dtype); the driver passes the returned ref on, never the data."""
         return cpu_state_dict(self.session.model)
+
+    def keep_best(self, step: int, metrics: dict[str, float]) -> None:
+        """The current weights as the stage's best checkpoint when `metrics` beat it (trainer.export_best)."""
+        if self.best.improves(metrics):
+            self.best.keep(self.session, step, metrics)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.session.writer.log(step, metrics)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from agentrl_core.env_service import EnvClient
 from agentrl_core.errors import ConfigError
 from agentrl_core.evaluation.metrics import summarize
 from agentrl_core.evaluation.runner import episode_results, play_eval_episodes
-from agentrl_core.rollout import LoopLimits
+from agentrl_core.rollout import EpisodeSpec, LoopLimits, Trajectory
 from agentrl_core.tasksets import resolve_task_ids
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,16 @@ def validate(engine: Any, tokenizer: Any, cfg: RecipeConfig, env_url: str, ids: 
     trajs = play_eval_episodes(engine, tokenizer, env_name=cfg.env.name, env_url=env_url, cfg=eval_cfg,
                                n_tasks=len(ids), limits=LoopLimits(cfg.env.max_turns, cfg.rollout.max_context_tokens),
                                task_ids=ids)
+    return validation_metrics(trajs)
+
+
+def validation_specs(ids: Sequence[int]) -> list[EpisodeSpec]:
+    """One greedy episode per validation task, as the evaluation plays them (play_eval_episodes with k = 1)."""
+    return [EpisodeSpec(task_id=t, group=g, sample=0) for g, t in enumerate(ids)]
+
+
+def validation_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """The val/* metrics of the validation episodes."""
     s = summarize(episode_results(trajs))
     out = {"val/success_rate": s.success_rate, "val/success_low": s.success_low, "val/success_high": s.success_high,
            "val/reward_mean": s.mean_reward, "val/n_tasks": float(s.n_scored_tasks), "val/errors": float(s.n_errors)}

@@ -80,7 +80,7 @@ class StepClock:
 
 def train(cfg: Any, init_model: Path, url: str, device: torch.device) -> tuple[str, StepClock]:
     """train_grpo in this process on `device`; (its last checkpoint, the step clock)."""
-    from agentrl_core.training.grpo import train_grpo
+    from agentrl_core.grpo import train_grpo
 
     clock = StepClock()
     result = train_grpo(cfg, init_model=init_model, env_url=url, on_step=clock, device=device.type)

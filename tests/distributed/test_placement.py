@@ -119,6 +119,8 @@ def test_the_async_loop_is_refused_without_ray_or_without_its_off_policy_correct
         DistributedConfig(max_policy_lag=-1)
     cfg = RecipeConfig(distributed={"backend": "ray", "max_policy_lag": 0}, algorithm={"tis_cap": 2.0})
     assert cfg.distributed.max_policy_lag == 0
+    # 0 is the synchronous schedule: on every executor, without the off-policy correction
+    assert RecipeConfig(distributed={"max_policy_lag": 0}).distributed.max_policy_lag == 0
 
 
 def test_a_model_folder_travels_as_files_and_its_copy_is_removed_after_loading(tmp_path) -> None:

@@ -22,7 +22,7 @@ from agentrl_core.rollout import (
     run_episodes,
     write_trajectories,
 )
-from agentrl_core.rollout.grpo_rollout import invalid_action_rate
+from agentrl_core.grpo.rollout import invalid_action_rate
 from agentrl_core.rollout.native import NativeEngine
 from agentrl_core.rollout.trajectory import observation_key
 from agentrl_core.training.action_diversity import action_diversity

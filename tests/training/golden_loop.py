@@ -40,7 +40,7 @@ def run(model: Path, env_url: str, root: Path) -> dict[str, Any]:
     from safetensors.torch import load_file
 
     from agentrl_core.recipes import load_recipe
-    from agentrl_core.training.grpo import train_grpo
+    from agentrl_core.grpo import train_grpo
 
     cfg = load_recipe("household_gigpo", [f"model.name={model}", f"run.root={root}", *OVERRIDES])
     result = train_grpo(cfg, init_model=model, env_url=env_url, stage_dir=root / "grpo")

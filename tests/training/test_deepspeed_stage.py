@@ -84,7 +84,7 @@ def _grpo(model: Path, env_url: str, root: Path, stage: int) -> dict[str, Any]:
 
     from agentrl_core.checkpoints import export_hf
     from agentrl_core.recipes import load_recipe
-    from agentrl_core.training.grpo import train_grpo
+    from agentrl_core.grpo import train_grpo
 
     def run(name: str, steps: int) -> Any:
         cfg = load_recipe("countdown_grpo", _overrides(model, root, stage, "deepspeed", steps))

@@ -17,7 +17,7 @@ import agentrl_core.rollout.io as rollout_io
 from agentrl_core.errors import DiskFullError
 from agentrl_core.recipes import load_recipe
 from agentrl_core.rollout import Trajectory, read_trajectories, write_trajectories
-from agentrl_core.training.grpo import train_grpo
+from agentrl_core.grpo import train_grpo
 from agentrl_core.training.metrics_log import MetricsWriter, read_metrics
 from tests.training.test_metrics import tb_scalars
 from tests.training.test_recipes_train import tiny

@@ -11,7 +11,7 @@ from agentrl_core.errors import ConfigError
 from agentrl_core.machine_info import peak_resident_bytes, reset_peak_resident
 from agentrl_core.recipes import load_recipe
 from agentrl_core.training import memory_plan as mp
-from agentrl_core.training.grpo import train_grpo
+from agentrl_core.grpo import train_grpo
 
 GIB, MIB = 2**30, 2**20
 SHAPE = mp.ModelShape(params=100_000_000, trainable=100_000_000, layers=30, hidden=500, intermediate=1500, vocab=1000,
@@ -180,5 +180,5 @@ def test_a_grpo_stage_reports_its_own_peak_not_an_earlier_stages(tiny_model_path
         "model.compute_dtype=float32", "trainer.memory_gb=null"])
     train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
     metrics = json.loads((tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()[-1])
-    for key in ("memory/peak_rss_gib", "memory/peak_after_rollout_gib"):
+    for key in ("memory/peak_rss_gib", "memory/rollout_peak_rss_gib"):
         assert 0 < metrics[key] * GIB < lifetime - 512 * MIB, key

@@ -105,7 +105,7 @@ def test_a_grpo_stage_takes_a_step_per_mini_batch_and_schedules_them(tiny_model_
     import json
 
     from agentrl_core.checkpoints.layout import SCHEDULER_FILE, STATE_FILE
-    from agentrl_core.training.grpo import train_grpo
+    from agentrl_core.grpo import train_grpo
     from tests.training.test_recipes_train import tiny
 
     cfg = load_recipe("countdown_grpo", tiny(tiny_model_path, tmp_path) + [

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from agentrl_core.recipes import RECIPES_DIR, load_recipe
-from agentrl_core.training.grpo import train_grpo
+from agentrl_core.grpo import train_grpo
 from tests.envs.conftest import every_env
 
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
@@ -57,7 +57,7 @@ def test_the_grid_differs_only_in_the_algorithm_section() -> None:
 
 def test_dynamic_sampling_drops_flat_groups_and_refills(monkeypatch: pytest.MonkeyPatch) -> None:
     from agentrl_core.rollout import Trajectory
-    from agentrl_core.rollout import grpo_rollout as grpo
+    from agentrl_core.grpo import rollout as grpo
 
     def traj(group: int, reward: float) -> Trajectory:
         return Trajectory(task_id=group, env="countdown", group=group, sample=0, token_ids=[1, 2, 3],
@@ -70,13 +70,13 @@ def test_dynamic_sampling_drops_flat_groups_and_refills(monkeypatch: pytest.Monk
     }
     calls = []
 
-    def fake_round(engine, chat, factory, tasks, step, round_, cfg):  # noqa: ANN001
+    def fake_round(executor, factory, tasks, step, round_, cfg):  # noqa: ANN001
         calls.append((round_, len(tasks)))
         return [traj(g, r) for g, rs in rounds[round_].items() for r in rs]
 
     monkeypatch.setattr(grpo, "_rollout_round", fake_round)
     cfg = load_recipe("countdown_dapo", ["rollout.tasks_per_step=2", "algorithm.dynamic_sampling_max_rounds=3"])
-    every, train, used = grpo.rollout_batch(None, None, None, list(range(100)), 0, cfg)
+    every, train, used = grpo.rollout_batch(None, None, list(range(100)), 0, cfg)
     assert calls == [(0, 2), (1, 1), (2, 1)]  # refills ask for the missing number of groups
     assert used == 3 and len(every) == 10
     assert sorted({t.group for t in train}) == [1, 2_000_000]  # flat groups dropped; truncated to 2 groups

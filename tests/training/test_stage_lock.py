@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentrl_core.recipes import load_recipe
-from agentrl_core.training.grpo import ALGORITHM_FILE, train_grpo
+from agentrl_core.grpo import ALGORITHM_FILE, train_grpo
 from agentrl_core.training.sft import train_sft
 from agentrl_core.training.stage_lock import LOCK_NAME, StageBusyError, stage_writer
 

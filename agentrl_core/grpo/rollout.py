@@ -1,4 +1,7 @@
-"""The rollout side of a GRPO step: its tasks, its episodes (with DAPO's refills), what trains, its metrics."""
+"""The rollout phase of a GRPO step: its tasks, its rounds of episodes (with DAPO's refills), what trains, its metrics.
+
+Executor-neutral: a round is played by `Executor.play(specs, seed)` wherever the executor plays it.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +13,10 @@ import torch
 from agentrl_core import algorithms as alg
 from agentrl_core.config import RecipeConfig
 from agentrl_core.experience.rollout_hooks import experience_specs
-from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout import EpisodeSpec, LoopLimits, Trajectory, run_episodes
+from agentrl_core.grpo.executor import Executor
+from agentrl_core.rollout import EpisodeSpec, Trajectory
 from agentrl_core.rollout.episode import INVALID_ACTIONS
-from agentrl_core.rollout.generation import Engine
-from agentrl_core.rollout.r3l import r3l_metrics, run_r3l_episodes, settings_from
+from agentrl_core.rollout.r3l import r3l_metrics
 from agentrl_core.training.action_diversity import action_diversity
 
 
@@ -33,18 +35,14 @@ def round_specs(tasks: Sequence[int], step: int, round_: int, cfg: RecipeConfig)
     return specs, cfg.trainer.seed * 7919 + step * 104_729 + round_ * 15_485_863
 
 
-def _rollout_round(engine: Engine, chat: ChatFormat, env_factory: Callable[[], Any], tasks: Sequence[int],
-                   step: int, round_: int, cfg: RecipeConfig) -> list[Trajectory]:
-    """Roll out `group_size` samples of each task (plus their R3L retries when algorithm.r3l_retry);
-    group ids are unique across refill rounds."""
+def _rollout_round(executor: Executor, env_factory: Callable[[], Any], tasks: Sequence[int], step: int, round_: int,
+                   cfg: RecipeConfig) -> list[Trajectory]:
+    """Roll out `group_size` samples of each task (plus their R3L retries when algorithm.r3l_retry: the executor
+    plays them); group ids are unique across refill rounds."""
     specs, seed = round_specs(tasks, step, round_, cfg)
     if cfg.experience.enabled:  # mixed rollout: the chosen samples get retrieved experience in their first message
         specs = experience_specs(specs, env_factory, step, round_, cfg)
-    limits = LoopLimits(cfg.env.max_turns, cfg.rollout.max_context_tokens)
-    if cfg.algorithm.r3l_retry:  # reflect-then-retry: failed attempts add retries to their groups
-        return run_r3l_episodes(engine, chat, env_factory, specs, cfg.rollout.sampling, limits,
-                                settings_from(cfg.algorithm), seed=seed)
-    return run_episodes(engine, chat, env_factory, specs, cfg.rollout.sampling, limits, seed=seed)
+    return executor.play(specs, seed, step)
 
 
 def usable_trajectories(trajs: Sequence[Trajectory]) -> list[Trajectory]:
@@ -67,8 +65,8 @@ def _informative(trajs: Sequence[Trajectory]) -> list[Trajectory]:
     return [t for t, k in zip(ok, with_spread(ok)) if k]
 
 
-def rollout_batch(engine: Engine, chat: ChatFormat, env_factory: Callable[[], Any], train_ids: Sequence[int],
-                  step: int, cfg: RecipeConfig) -> tuple[list[Trajectory], list[Trajectory], int]:
+def rollout_batch(executor: Executor, env_factory: Callable[[], Any], train_ids: Sequence[int], step: int,
+                  cfg: RecipeConfig) -> tuple[list[Trajectory], list[Trajectory], int]:
     """(every trajectory rolled out, the ones to train on, rounds used).
 
     Without dynamic sampling one round, training on every usable trajectory. With it (DAPO), groups
@@ -77,7 +75,7 @@ def rollout_batch(engine: Engine, chat: ChatFormat, env_factory: Callable[[], An
     kept, at most tasks_per_step of them.
     """
     tasks = step_tasks(train_ids, step, cfg)
-    every = _rollout_round(engine, chat, env_factory, tasks, step, 0, cfg)
+    every = _rollout_round(executor, env_factory, tasks, step, 0, cfg)
     if not cfg.algorithm.dynamic_sampling:
         return every, usable_trajectories(every), 1
     kept, rounds = _informative(every), 1
@@ -85,8 +83,8 @@ def rollout_batch(engine: Engine, chat: ChatFormat, env_factory: Callable[[], An
         missing = alg.groups_still_needed(torch.tensor([t.group for t in kept], dtype=torch.long), len(tasks))
         if missing == 0:
             break
-        extra = _rollout_round(engine, chat, env_factory, step_tasks(train_ids, step, cfg, rounds, missing), step,
-                               rounds, cfg)
+        extra = _rollout_round(executor, env_factory, step_tasks(train_ids, step, cfg, rounds, missing), step, rounds,
+                               cfg)
         every, kept, rounds = every + extra, kept + _informative(extra), rounds + 1
     chosen = sorted({t.group for t in kept})[: len(tasks)]
     return every, [t for t in kept if t.group in set(chosen)], rounds
