@@ -195,6 +195,28 @@ def test_ray_backend_writes_what_the_local_backend_writes(ray_run, tiny_model_pa
         for key in ("reward_mean", "response_length", "turns_mean", "samples_trained"):
             assert r[key] == loc[key], key
         assert r["loss"] == pytest.approx(loc["loss"], abs=1e-4)
+    # and the same weights: the trainer actor runs the same update in its own process (its own thread count, so
+    # float sums may round differently: 1e-5 relative covers that; a different update would be orders larger)
+    from safetensors.torch import load_file
+
+    ray_w = load_file(step_dir(stage / "checkpoints", 2) / "model" / "model.safetensors")
+    local_w = load_file(step_dir(tmp_path / "grpo" / "checkpoints", 2) / "model" / "model.safetensors")
+    assert ray_w.keys() == local_w.keys()
+    for key in ray_w:
+        torch.testing.assert_close(ray_w[key], local_w[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_on_ray_the_loop_validates_keeps_the_best_and_honours_the_time_limit(tiny_model_path, env_server_url,
+                                                                            tmp_path):
+    cfg = recipe(tiny_model_path, tmp_path, *TRAINS, "trainer.steps=3", "trainer.val_every=1", "trainer.val_tasks=3",
+                 "trainer.export_best=true", "trainer.max_minutes=0.0001")
+    result = train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
+    lines = metrics(tmp_path / "grpo")
+    assert result.steps == 1 and [m["step"] for m in lines] == [0, 1]  # out of time after step 1: saved there
+    assert Path(result.checkpoint).name.endswith("1")
+    assert all(m["val/n_tasks"] == 3.0 for m in lines)  # the starting policy, then the step's
+    best = json.loads((tmp_path / "grpo" / "best.json").read_text())
+    assert best["step"] in (0, 1) and (tmp_path / "grpo" / "best").is_dir()
 
 
 def test_a_killed_rollout_worker_is_reported_and_the_step_retried_then_resume(ray_run, tiny_model_path,
