@@ -1,6 +1,6 @@
 """The CLI's tuned malloc: `agentrl run`/`eval` (and the benchmarks) re-execute themselves once with it.
 
-What the settings are and why they apply to the training process only: agentrl_core.malloc_tuning.
+What the settings are and why they apply to the training process only: agentrl_core.system.malloc_tuning.
 glibc reads them only at process start, hence the re-exec; the re-executed process then removes
 them from its environment (`adopt`), so the Prefect server, env servers and their workers, the
 experience pool and a model server it starts use glibc's default and hand memory back to the OS.
@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Sequence
 
-from agentrl_core.malloc_tuning import OPT_OUT, TUNED, adopt, in_force
+from agentrl_core.system.malloc_tuning import OPT_OUT, TUNED, adopt, in_force
 
 __all__ = ["OPT_OUT", "TUNED", "in_force", "reexec_script_with_tuned_malloc", "reexec_with_tuned_malloc",
            "wants_reexec"]

@@ -104,7 +104,7 @@ def _print_evals(evals: dict[str, dict]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from agentrl.prefect_env import configure_local_prefect
-    from agentrl_core import child_processes, stop_signals
+    from agentrl_core.system import child_processes, stop_signals
     from agentrl_core.config_checks import check_rl_stage
     from agentrl_core.recipes import load_recipe
 
@@ -120,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from agentrl.prefect_server import local_prefect_api
     from agentrl.progress_bars import RichBars
-    from agentrl_core import progress
+    from agentrl_core.system import progress
 
     start, flow_started = time.time(), False
     console.print(f"[bold]run[/bold] {recipe.run.name} → {recipe.run_dir} (env {recipe.env.name}, model {recipe.model.name})")
@@ -157,7 +157,7 @@ def _interrupt_signal(exc: BaseException) -> int | None:
     """The signal behind an interrupted run (Ctrl-C, or SIGTERM through Prefect's TerminationSignal); None otherwise."""
     import signal
 
-    from agentrl_core.stop_signals import Interrupted, requested
+    from agentrl_core.system.stop_signals import Interrupted, requested
 
     if isinstance(exc, Interrupted):
         return exc.signum
@@ -174,7 +174,7 @@ def _interrupted(args: argparse.Namespace, run_dir: Path, signum: int, flow_star
     import signal
 
     from agentrl_core.checkpoints.layout import latest_checkpoint
-    from agentrl_core.stop_signals import abandoned_alive
+    from agentrl_core.system.stop_signals import abandoned_alive
 
     kept = [f"{stage} {path.name} ({path})" for stage in ("sft", "grpo")
             if (path := latest_checkpoint(run_dir / stage / "checkpoints")) is not None]
@@ -196,7 +196,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from rich.progress import Progress
 
-    from agentrl_core import child_processes, stop_signals
+    from agentrl_core.system import child_processes, stop_signals
     from agentrl_core.config import EvalConfig, SamplingConfig
     from agentrl_core.env_service import launch_server
     from agentrl_core.evaluation.runner import evaluate_model
@@ -323,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         reexec_with_tuned_malloc(sys.argv[1:])  # returns in the re-executed process, its children untuned
     _quiet_logs(args.verbose)
     if args.command in ("run", "eval"):
-        from agentrl_core.malloc_tuning import describe
+        from agentrl_core.system.malloc_tuning import describe
 
         logging.getLogger("agentrl.allocator").info(describe())
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from agentrl_core.models.model_cache import agentrl_home
+from agentrl_core.system.home import agentrl_home
 
 
 def configure_local_prefect() -> None:

@@ -27,7 +27,7 @@ from typing import Iterator, Sequence
 
 import httpx
 
-from agentrl_core import child_processes
+from agentrl_core.system import child_processes
 from agentrl_core.web.ports import free_port
 from agentrl_core.web.server_process import stop_process
 

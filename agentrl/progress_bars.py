@@ -1,4 +1,4 @@
-"""Rich progress bars for agentrl_core.progress reports (one bar per key)."""
+"""Rich progress bars for agentrl_core.system.progress reports (one bar per key)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentrl_core.safe_names import SafeName, check_path_text, check_storage_location, path_under
+from agentrl_core.system.safe_names import SafeName, check_path_text, check_storage_location, path_under
 from agentrl_core.secrets import Secret, SecretUrl
 
 

@@ -16,7 +16,7 @@ from agentrl_core.config import RecipeConfig, Section
 from agentrl_core.config_checks import check_rl_stage
 from agentrl_core.errors import ConfigError
 from agentrl_core.recipes import RECIPES_DIR, apply_override, build_config, load_recipe, parse_override
-from agentrl_core.safe_names import SafeName, path_under
+from agentrl_core.system.safe_names import SafeName, path_under
 from agentrl_core.secrets import REVEAL, reveal
 
 StepCallback = Callable[[int, int, dict[str, float]], None]

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agentrl_core.machine_info import cpu_info, describe_cpu, peak_resident_bytes
+from agentrl_core.system.machine_info import cpu_info, describe_cpu, peak_resident_bytes
 from bench.recording import current
 
 

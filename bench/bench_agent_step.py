@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentrl.allocator import reexec_script_with_tuned_malloc  # noqa: E402
 from bench._common import peak_rss_gib, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
-from agentrl_core.machine_info import describe_cpu  # noqa: E402
+from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 
 PER_STEP = ("time/rollout_s", "time/train_s", "time/step_s", "turns_mean", "episode_tokens", "response_length",
             "groups_with_signal", "samples_backpropagated", "success_rate", "rollout/prefilled_tokens",

@@ -36,7 +36,7 @@ from agentrl_core.checkpoints import export_hf  # noqa: E402
 from agentrl_core.env_service import EnvClient, launch_server  # noqa: E402
 from agentrl_core.evaluation.runner import evaluate_model  # noqa: E402
 from agentrl_core.evaluation.stats import compare  # noqa: E402
-from agentrl_core.machine_info import describe_cpu  # noqa: E402
+from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.models import resolve_model  # noqa: E402
 from agentrl_core.models.compute_settings import resolve_compute_settings  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402

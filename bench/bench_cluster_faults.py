@@ -40,7 +40,7 @@ from bench._common import print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.distributed import local_cluster as lc  # noqa: E402
 from agentrl_core.web.ports import free_port  # noqa: E402
-from agentrl_core.machine_info import describe_cpu  # noqa: E402
+from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "bench" / "cluster_driver.py"

@@ -25,7 +25,7 @@ from bench._common import print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.env_service import launch_server  # noqa: E402
 from agentrl_core.evaluation.runner import evaluate_model  # noqa: E402
-from agentrl_core.machine_info import describe_cpu  # noqa: E402
+from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.models.compute_settings import resolve_compute_settings  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402
 

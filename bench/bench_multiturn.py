@@ -2,7 +2,7 @@
 
 Per seed s (trainer.seed = s decides the demos drawn, their order and the RL samples: the whole pipeline):
 1. SFT start: each `--sft-grid` setting (demos x epochs) trains from the base model and plays the
-   validation tasks greedily: train-split ids the run never trains on (`training.validation.held_back_ids`).
+   validation tasks greedily: train-split ids the run never trains on (`evaluation.validation.held_back_ids`).
    The best validation success wins, a tie going to the faster setting. The grid runs for the first seed;
    later seeds reuse its choice (a setting is chosen once, on validation, never on the test split).
 2. RL: each of `--algorithms` (e.g. grpo, gigpo) trains from that SFT start for the same wall time
@@ -46,7 +46,7 @@ from agentrl_core.evaluation.metrics import EvalSummary  # noqa: E402
 from agentrl_core.evaluation.report import quarter_means  # noqa: E402
 from agentrl_core.evaluation.runner import evaluate_model  # noqa: E402
 from agentrl_core.evaluation.stats import Comparison, compare  # noqa: E402
-from agentrl_core.machine_info import describe_cpu  # noqa: E402
+from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.models import resolve_model  # noqa: E402
 from agentrl_core.models.compute_settings import resolve_compute_settings  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402
@@ -54,7 +54,7 @@ from agentrl_core.tasksets import resolve_task_ids  # noqa: E402
 from agentrl_core.grpo import ALGORITHM_FILE, train_grpo  # noqa: E402
 from agentrl_core.training.metrics_log import read_metrics  # noqa: E402
 from agentrl_core.training.sft import train_sft  # noqa: E402
-from agentrl_core.training.validation import held_back_ids  # noqa: E402
+from agentrl_core.evaluation.validation import held_back_ids  # noqa: E402
 
 ARMS = {
     "grpo": ("grpo", []),

@@ -1,6 +1,6 @@
 """Held out in content: per recipe, how many test tasks share each level of content with a training task.
 
-Runs `agentrl_core.tasksets.overlap` on each recipe (with the given overrides) and prints, per level
+Runs `agentrl_core.evaluation.overlap` on each recipe (with the given overrides) and prints, per level
 (math: arithmetic fact, story; household and ALFWorld: goal, scene, scene with goal), how many test
 tasks share their key with some training task, of how many. ALFWorld's generated games are made
 (and cached) on first use: the first run plans all 2,620 of them (minutes).
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
-from agentrl_core.tasksets.overlap import recipe_overlap  # noqa: E402
+from agentrl_core.evaluation.overlap import recipe_overlap  # noqa: E402
 
 
 def parse() -> argparse.Namespace:

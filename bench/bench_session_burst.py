@@ -32,7 +32,7 @@ from bench._common import print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 import httpx  # noqa: E402
 from agentrl_core.env_service import EnvClient, launch_server  # noqa: E402
-from agentrl_core.machine_info import describe_cpu  # noqa: E402
+from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.web.auth import auth_headers  # noqa: E402
 
 

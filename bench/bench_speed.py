@@ -23,7 +23,7 @@ import torch  # noqa: E402
 from bench._common import load_baseline, median, peak_rss_gib, print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.config import AlgorithmConfig, EngineConfig, OptimConfig, SamplingConfig  # noqa: E402
-from agentrl_core.machine_info import describe_cpu  # noqa: E402
+from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.envs import make  # noqa: E402
 from agentrl_core.models import load_model, load_tokenizer, resolve_model  # noqa: E402
 from agentrl_core.models.chat import ChatFormat  # noqa: E402

@@ -95,7 +95,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from agentrl_core.machine_info import describe_cpu
+    from agentrl_core.system.machine_info import describe_cpu
 
     table = Table("dtype", "checkpointing", "row tokens", "measured MiB", "plan MiB", "plan / measured",
                   title=f"peak memory growth of one update row, {args.model}", caption=describe_cpu())

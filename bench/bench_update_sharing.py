@@ -33,7 +33,7 @@ import torch  # noqa: E402
 
 from bench._common import median, peak_rss_gib, print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
-from agentrl_core.machine_info import describe_cpu  # noqa: E402
+from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.models import load_model, resolve_model  # noqa: E402
 from agentrl_core.models.compute_settings import choose_compute_dtype  # noqa: E402
 from agentrl_core.recipes import load_recipe  # noqa: E402

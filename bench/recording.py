@@ -161,14 +161,14 @@ def git_state() -> tuple[str | None, bool | None]:
 
 def allocator_in_force() -> str:
     """"tuned" when the tuned glibc malloc settings were in force at this process's start, else "system"."""
-    from agentrl_core import malloc_tuning
+    from agentrl_core.system import malloc_tuning
 
     return "tuned" if malloc_tuning.in_force() else "system"
 
 
 def write_results(path_stem: Path, payload: dict[str, Any], console: str) -> None:
     """`<stem>.json` and `<stem>.txt`, each written whole or not at all."""
-    from agentrl_core.atomic_file import write_text_atomic
+    from agentrl_core.system.atomic_file import write_text_atomic
 
     write_text_atomic(path_stem.with_suffix(".json"), json.dumps(payload, indent=2) + "\n")
     write_text_atomic(path_stem.with_suffix(".txt"), f"$ {payload['command']}\n{console}")
@@ -209,7 +209,7 @@ def run_recorded(bench: str, main: Callable[[], Any], results_dir: Path | None =
 
 def _payload(bench: str, record: str, command: str, argv: list[str], wall: float, allocator: str,
              recording: Recording) -> dict[str, Any]:
-    from agentrl_core.machine_info import cpu_info
+    from agentrl_core.system.machine_info import cpu_info
 
     info = cpu_info()
     revision, dirty = git_state()

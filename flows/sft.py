@@ -6,7 +6,7 @@ from prefect import flow
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.recipes import resolve_recipe
-from agentrl_core.stop_signals import handling_signals
+from agentrl_core.system.stop_signals import handling_signals
 from tasks.env_server import env_server
 from tasks.records import finish_run, mark_failed, record_eval, record_export, record_stage, run_record
 from tasks.report import report

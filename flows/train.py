@@ -7,8 +7,8 @@ from prefect import flow, get_run_logger
 from agentrl_core.config import RecipeConfig
 from agentrl_core.config_checks import check_rl_stage
 from agentrl_core.recipes import resolve_recipe
-from agentrl_core.stop_signals import handling_signals
-from agentrl_core.training.validation import best_checkpoint
+from agentrl_core.system.stop_signals import handling_signals
+from agentrl_core.evaluation.validation import best_checkpoint
 from tasks.env_server import env_server
 from tasks.experience import experience_pool
 from tasks.records import finish_run, mark_failed, record_eval, record_export, record_stage, run_record

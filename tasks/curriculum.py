@@ -7,7 +7,7 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.curriculum import run_stage
-from agentrl_core.stop_signals import run_interruptible
+from agentrl_core.system.stop_signals import run_interruptible
 from tasks.gpu import stage_gpus
 from tasks.training_stages import TRANSIENT, _progress_callback
 

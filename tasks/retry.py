@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl_core.diskfull import is_disk_full
+from agentrl_core.system.diskfull import is_disk_full
 
 TRANSIENT_NAMES = {"EnvServerUnavailable", "ConnectError", "ReadTimeout", "ConnectTimeout", "RemoteProtocolError",
                    "TimeoutError", "ConnectionError", "ConnectionResetError", "BrokenPipeError"}

@@ -11,14 +11,14 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from agentrl_core import progress
+from agentrl_core.system import progress
 from agentrl_core.checkpoints import export_hf
 from agentrl_core.config import RecipeConfig
 from agentrl_core.env_service import EnvClient
 from agentrl_core.evaluation.runner import evaluate_model
 from agentrl_core.models import resolve_model
 from agentrl_core.models.compute_settings import resolve_compute_settings
-from agentrl_core.stop_signals import run_interruptible
+from agentrl_core.system.stop_signals import run_interruptible
 from agentrl_core.tasksets import format_ranges, resolve_task_ids
 from agentrl_core.grpo import train_grpo
 from agentrl_core.training.sft import train_sft

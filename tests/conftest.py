@@ -21,7 +21,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 def pytest_report_header(config: pytest.Config) -> str:
     """The CPU the tests ran on (model, the flags that decide speed, cores), in the session header."""
-    from agentrl_core.machine_info import describe_cpu
+    from agentrl_core.system.machine_info import describe_cpu
 
     return describe_cpu()
 

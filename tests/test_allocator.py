@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_core import malloc_tuning
-from agentrl_core.malloc_tuning import APPLIED_ENV, OPT_OUT, TUNED
+from agentrl_core.system import malloc_tuning
+from agentrl_core.system.malloc_tuning import APPLIED_ENV, OPT_OUT, TUNED
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ DRIVER = textwrap.dedent("""
 
     reexec_script_with_tuned_malloc()  # what `agentrl run` and the benchmarks do first
     from agentrl_core.env_service import launch_server
-    from agentrl_core.malloc_tuning import APPLIED_ENV, in_force
+    from agentrl_core.system.malloc_tuning import APPLIED_ENV, in_force
 
     def children(pid):
         kids = []
@@ -160,7 +160,7 @@ def test_the_ray_trainer_actor_is_tuned_and_a_rollout_actor_is_not(monkeypatch):
 FREED_THEN_PLANNED = textwrap.dedent("""
     import json, sys
     import torch
-    from agentrl_core.machine_info import resident_bytes
+    from agentrl_core.system.machine_info import resident_bytes
     from agentrl_core.recipes import load_recipe
     from agentrl_core.training import memory_plan as mp
 

@@ -128,7 +128,7 @@ def test_a_device_run_is_kept_as_a_results_file(tmp_path: Path) -> None:
                         "abc123", tmp_path)
     kept = json.loads(path.read_text())
     assert kept["figures"] == {"card/matmul_peak_tflops": 791.1, "x/mfu_train": 0.23}
-    assert kept["texts"] == {"learning/verdict": "no difference shown"}
+    assert kept["texts"] == {"learning/verdict": "no difference shown", "target/x/mfu_train": ">= 0.4: missed"}
     assert kept["targets"]["x/mfu_train"]["ok"] is False and "NVIDIA H200" in kept["cpu"]
     assert kept["git_revision"] == "abc123" and kept["bench"] == "gpu_checks"
     assert path.with_suffix(".txt").read_text().splitlines()[0] == "$ python3 bench/gpu_checks.py"

@@ -164,3 +164,41 @@ def test_the_layers_point_one_way():
                and m != "agentrl_core.rollout.engine_factory"]
     reaching = {m: sorted(t for t in graph[m] if t.startswith(native)) for m in generic}
     assert not {m: t for m, t in reaching.items() if t}, reaching
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """agentrl_core's folders (and top-level modules) as nodes, an edge where some module of one imports the other."""
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for a, targets in import_graph().items():
+        for b in targets:
+            if a.startswith("agentrl_core.") and b.startswith("agentrl_core.") and package(a) != package(b):
+                out.setdefault(package(a), set()).add(package(b))
+    return out
+
+
+def test_the_packages_of_the_core_form_no_cycle():
+    """Folders import one way: a topological order of agentrl_core's packages exists (the layout says who is above)."""
+    graph, done, stack = _package_graph(), set(), []
+
+    def visit(node: str) -> None:
+        if node in stack:
+            raise AssertionError("import cycle between packages: " + " -> ".join(stack[stack.index(node):] + [node]))
+        if node in done:
+            return
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt)
+        stack.pop()
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node)
+    assert len(done) > 15  # the graph is real
+
+
+def test_the_system_plumbing_imports_nothing_above_it():
+    graph = _package_graph()
+    assert graph.get("agentrl_core.system", set()) <= {"agentrl_core.errors"}, graph.get("agentrl_core.system")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_core import stop_signals
+from agentrl_core.system import stop_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 15.0  # generous: the machine running the tests may be busy
@@ -22,7 +22,7 @@ BOUND_S = 15.0  # generous: the machine running the tests may be busy
 # A long call that holds no GIL and cannot be interrupted, as one long torch op (a backward pass) is.
 SCRIPT_HEAD = textwrap.dedent("""
     import os, signal, sys, time
-    from agentrl_core import stop_signals
+    from agentrl_core.system import stop_signals
 
     def long_call():
         print("started", flush=True)

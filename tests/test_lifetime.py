@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_core import child_processes
+from agentrl_core.system import child_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 10.0
@@ -28,7 +28,7 @@ PARENT = textwrap.dedent("""
 """)
 CHILD = textwrap.dedent("""
     import os, time
-    from agentrl_core import child_processes
+    from agentrl_core.system import child_processes
     parent = os.getppid()
     {arm}
     time.sleep(120)

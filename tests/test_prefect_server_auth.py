@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from agentrl import prefect_server
-from agentrl_core import child_processes
+from agentrl_core.system import child_processes
 
 
 def test_each_run_gets_a_fresh_user_password_credential(monkeypatch):

@@ -15,7 +15,7 @@ from agentrl_core.checkpoints.storage_base import StorageError, normalize_key
 from agentrl_core.config import RecipeConfig, RunConfig, StoreConfig
 from agentrl_core.errors import ConfigError
 from agentrl_core.recipes import load_recipe
-from agentrl_core.safe_names import MAX_NAME_CHARS, check_name, path_under
+from agentrl_core.system.safe_names import MAX_NAME_CHARS, check_name, path_under
 
 ROOT = Path(__file__).resolve().parent.parent
 

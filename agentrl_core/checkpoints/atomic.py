@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentrl_core.diskfull import raising_disk_full
-from agentrl_core.fsync import fsync_dir, fsync_file
+from agentrl_core.system.diskfull import raising_disk_full
+from agentrl_core.system.fsync import fsync_dir, fsync_file
 
 logger = logging.getLogger(__name__)
 

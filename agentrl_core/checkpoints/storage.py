@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agentrl_core.atomic_file import atomic_file
+from agentrl_core.system.atomic_file import atomic_file
 from agentrl_core.checkpoints.atomic import MARKER as ATOMIC_MARKER
 from agentrl_core.checkpoints.storage_base import (
     UPLOAD_MARKER,
@@ -35,7 +35,7 @@ from agentrl_core.checkpoints.storage_base import (
     replace_dir,
     temp_sibling,
 )
-from agentrl_core.diskfull import raising_disk_full
+from agentrl_core.system.diskfull import raising_disk_full
 
 __all__ = ["UPLOAD_MARKER", "LocalStorage", "Storage", "StorageError", "normalize_key", "open_storage",
            "storage_from_config"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.errors import AgentRLError
-from agentrl_core.fsync import fsync_dir
+from agentrl_core.system.fsync import fsync_dir
 
 UPLOAD_MARKER = "_UPLOAD_COMPLETE.json"
 """Name of the manifest object written last by `put_dir`; a folder without it is incomplete."""

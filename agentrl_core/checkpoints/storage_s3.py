@@ -30,7 +30,7 @@ from agentrl_core.checkpoints.storage_base import (
     replace_dir,
     temp_sibling,
 )
-from agentrl_core.diskfull import raising_disk_full
+from agentrl_core.system.diskfull import raising_disk_full
 
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _MISSING = {"404", "NoSuchKey", "NotFound"}

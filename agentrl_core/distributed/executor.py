@@ -27,7 +27,7 @@ from agentrl_core.errors import AgentRLError, ConfigError
 from agentrl_core.rollout import EpisodeSpec, Trajectory
 from agentrl_core.secrets import worker_environment
 from agentrl_core.training.memory_plan import MemoryPlan, apply_plan, check_run_peak, memory_plan_for
-from agentrl_core.training.validation import validation_metrics, validation_specs
+from agentrl_core.evaluation.validation import validation_metrics, validation_specs
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from agentrl_core.atomic_file import write_text_atomic
+from agentrl_core.system.atomic_file import write_text_atomic
 from agentrl_core.errors import AgentRLError
 from agentrl_core.web.ports import free_port
 
@@ -105,7 +105,7 @@ class ClusterState:
 
 
 def default_state_dir() -> Path:
-    from agentrl_core.models.model_cache import agentrl_home
+    from agentrl_core.system.home import agentrl_home
 
     return agentrl_home() / "ray-cluster"
 

@@ -13,7 +13,7 @@ from agentrl_core.config import RecipeConfig, SamplingConfig
 from agentrl_core.distributed.inflight import InflightEngine
 from agentrl_core.distributed.weight_sync import UNSYNCED, materialised
 from agentrl_core.env_service import EnvClient, RemoteEnv
-from agentrl_core.machine_info import peak_resident_bytes
+from agentrl_core.system.machine_info import peak_resident_bytes
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, Generation, LoopLimits, Trajectory, run_episodes

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from agentrl_core import malloc_tuning
+from agentrl_core.system import malloc_tuning
 from agentrl_core.config import RecipeConfig
 from agentrl_core.distributed.rollout_worker import actor_device
 from agentrl_core.distributed.weight_sync import cpu_state_dict
@@ -18,7 +18,7 @@ from agentrl_core.training.memory_plan import check_peak
 from agentrl_core.training.step_context import reference_model, update_context
 from agentrl_core.training.policy_update import policy_update
 from agentrl_core.training.session import open_session
-from agentrl_core.training.validation import BestCheckpoint
+from agentrl_core.evaluation.validation import BestCheckpoint
 
 
 class TrainerWorker:
@@ -94,7 +94,7 @@ def _move(session: Any, ref_model: Any | None, device: str) -> None:
 
 def remote_trainer_worker(options: dict[str, Any]) -> Any:
     """The actor class with Ray options (resources, scheduling strategy) applied, and the tuned malloc of a
-    training process in its runtime env (agentrl_core.malloc_tuning; rollout workers keep glibc's default)."""
+    training process in its runtime env (agentrl_core.system.malloc_tuning; rollout workers keep glibc's default)."""
     import ray
 
     return ray.remote(TrainerWorker).options(**malloc_tuning.actor_options(options))

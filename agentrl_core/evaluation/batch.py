@@ -39,7 +39,7 @@ from agentrl_core.errors import AgentRLError
 from agentrl_core.evaluation.metrics import EvalSummary, summarize
 from agentrl_core.evaluation.runner import episode_results, play_eval_episodes
 from agentrl_core.rollout import Engine, LoopLimits, write_trajectories
-from agentrl_core.safe_names import SafeName
+from agentrl_core.system.safe_names import SafeName
 from agentrl_core.store import CheckpointRecord, EvalRecord
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def fetch_s3(uri: str) -> Path:
     import hashlib
 
     from agentrl_core.checkpoints.storage import open_storage
-    from agentrl_core.models.model_cache import agentrl_home
+    from agentrl_core.system.home import agentrl_home
 
     cache = agentrl_home() / "checkpoints"
     dest = cache / hashlib.sha256(uri.encode()).hexdigest()[:20]

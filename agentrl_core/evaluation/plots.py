@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-from agentrl_core.atomic_file import atomic_file
+from agentrl_core.system.atomic_file import atomic_file
 
 __all__ = ["draw_interval_bars", "draw_lines", "eval_series", "plot_metrics", "plot_registry", "plot_series",
            "training_series"]

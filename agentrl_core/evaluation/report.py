@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl_core.atomic_file import atomic_file, write_text_atomic
+from agentrl_core.system.atomic_file import atomic_file, write_text_atomic
 from agentrl_core.evaluation.plots import draw_interval_bars, draw_lines, plt
 from agentrl_core.evaluation.stats import Comparison, compare, format_rate
 from agentrl_core.training.metrics_log import read_metrics

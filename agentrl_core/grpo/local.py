@@ -16,7 +16,7 @@ from agentrl_core.config import RecipeConfig
 from agentrl_core.env_service import EnvClient, RemoteEnv
 from agentrl_core.errors import ConfigError
 from agentrl_core.experience.rollout_hooks import experience_after_rollout
-from agentrl_core.machine_info import peak_resident_bytes
+from agentrl_core.system.machine_info import peak_resident_bytes
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, LoopLimits, Trajectory, run_episodes
 from agentrl_core.rollout.engine_factory import make_engine
@@ -25,7 +25,7 @@ from agentrl_core.training.memory_plan import MemoryPlan, check_peak
 from agentrl_core.training.policy_update import policy_update
 from agentrl_core.training.session import TrainingSession, open_session
 from agentrl_core.training.step_context import reference_model, update_context
-from agentrl_core.training.validation import BestCheckpoint, validate
+from agentrl_core.evaluation.validation import BestCheckpoint, validate
 
 ENGINE_COUNTERS = ("prefilled_tokens", "reused_tokens", "evictions", "forward_s")
 """The native engine's running counts a step reports (as rollout/<name>, the step's share; the Ray rollout

@@ -35,7 +35,7 @@ from agentrl_core.grpo.rollout import rollout_batch, rollout_metrics
 from agentrl_core.grpo.step_metrics import lag_metrics, rollout_rates, train_rates
 from agentrl_core.rollout import Trajectory, write_trajectories
 from agentrl_core.training.session import StepCallback
-from agentrl_core.training.validation import is_due
+from agentrl_core.evaluation.validation import is_due
 
 log = logging.getLogger(__name__)
 

@@ -8,20 +8,20 @@ from pathlib import Path
 
 import torch
 
-from agentrl_core.atomic_file import write_text_atomic
+from agentrl_core.system.atomic_file import write_text_atomic
 from agentrl_core.config import RecipeConfig
 from agentrl_core.env_service import EnvClient, RemoteEnv
 from agentrl_core.experience.launcher import experience_for
 from agentrl_core.grpo.executor import Executor
 from agentrl_core.grpo.local import LocalExecutor
 from agentrl_core.grpo.loop import Stage, run_loop
-from agentrl_core.machine_info import reset_peak_resident
+from agentrl_core.system.machine_info import reset_peak_resident
 from agentrl_core.models.compute_settings import resolve_compute_settings
 from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.training.memory_plan import apply_plan, memory_plan_for
 from agentrl_core.training.session import StageResult, StepCallback
 from agentrl_core.training.stage_lock import stage_writer
-from agentrl_core.training.validation import validation_ids
+from agentrl_core.evaluation.validation import validation_ids
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ architecture): first by what the hardware supports — on a CPU, whether oneDNN 
 here, so it is not even tried — then, where bf16 is possible, by a short measurement of the actual
 model: a few forward+backward passes at each candidate. bf16 wins only when it is at least MARGIN
 times faster (fp32 is exact; a tie is noise). The choice is cached in `$AGENTRL_HOME/machine/compute.json`
-(agentrl_core.machine_cache: one process measures, concurrent ones wait and read its answer).
+(agentrl_core.system.machine_cache: one process measures, concurrent ones wait and read its answer).
 On CUDA, bf16 wherever the GPU supports it. `model.cpu_threads: auto` is the CPUs this process may
 use (affinity and cgroup quota), not torch's default of every physical core of the host.
 """
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from agentrl_core.machine_cache import cache_key as machine_key
-from agentrl_core.machine_cache import cache_path, cached_decision, machine_facts
-from agentrl_core.machine_info import cpu_info, usable_cores
+from agentrl_core.system.machine_cache import cache_key as machine_key
+from agentrl_core.system.machine_cache import cache_path, cached_decision, machine_facts
+from agentrl_core.system.machine_info import cpu_info, usable_cores
 
 if TYPE_CHECKING:
     from agentrl_core.config import RecipeConfig
@@ -155,7 +155,7 @@ def _architecture(model_path: Path) -> dict[str, object]:
 
 
 CACHE_NAME = "compute"
-"""The machine cache (agentrl_core.machine_cache) holding the compute-dtype choices."""
+"""The machine cache (agentrl_core.system.machine_cache) holding the compute-dtype choices."""
 
 
 def cache_file() -> Path:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.errors import AgentRLError
-from agentrl_core.fsync import fsync_dir
+from agentrl_core.system.fsync import fsync_dir
+from agentrl_core.system.home import agentrl_home
 
 MARKER = "AGENTRL_MODEL_COMPLETE"
 """Name of the marker file (JSON metadata) written last into every complete model folder."""
@@ -33,12 +34,6 @@ MARKER = "AGENTRL_MODEL_COMPLETE"
 
 class ModelLockTimeout(AgentRLError, TimeoutError):
     """Another process held a model's import lock for longer than we were willing to wait."""
-
-
-def agentrl_home() -> Path:
-    """agentrl's data folder: `$AGENTRL_HOME`, else `~/.cache/agentrl` (not created here)."""
-    home = os.environ.get("AGENTRL_HOME")
-    return Path(home).expanduser() if home else Path.home() / ".cache" / "agentrl"
 
 
 def models_dir() -> Path:

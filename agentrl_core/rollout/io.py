@@ -9,7 +9,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agentrl_core.atomic_file import atomic_file
+from agentrl_core.system.atomic_file import atomic_file
 from agentrl_core.rollout.trajectory import Trajectory
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from agentrl_core.diskfull import disk_full_error, is_disk_full
+from agentrl_core.system.diskfull import disk_full_error, is_disk_full
 from agentrl_core.errors import DiskFullError
 from agentrl_core.store.urls import redact_url
 

@@ -69,8 +69,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.errors import ConfigError
-from agentrl_core.machine_info import available_bytes, peak_resident_bytes, resident_bytes
-from agentrl_core.malloc_tuning import release_free_heap
+from agentrl_core.system.machine_info import available_bytes, peak_resident_bytes, resident_bytes
+from agentrl_core.system.malloc_tuning import release_free_heap
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrl_core.atomic_file import atomic_file
-from agentrl_core.diskfull import raising_disk_full
+from agentrl_core.system.atomic_file import atomic_file
+from agentrl_core.system.diskfull import raising_disk_full
 
 logger = logging.getLogger(__name__)
 

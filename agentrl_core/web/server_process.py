@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 import httpx
 
-from agentrl_core.child_processes import CHILD_SESSION, track
+from agentrl_core.system.child_processes import CHILD_SESSION, track
 from agentrl_core.errors import ServerStartError
 
 _ROOT = str(Path(__file__).resolve().parents[2])

@@ -55,7 +55,7 @@ def facts(device: torch.device) -> dict[str, Any]:
                    memory_gib=round(props.total_memory / 2**30, 1), multiprocessors=props.multi_processor_count,
                    cuda=torch.version.cuda)
     else:
-        from agentrl_core.machine_info import describe_cpu
+        from agentrl_core.system.machine_info import describe_cpu
 
         out.update(name="cpu (dry run)", cpu=describe_cpu())
     return out
@@ -91,7 +91,7 @@ def free_memory_bytes(device: torch.device) -> int:
     """Free GPU memory now (cudaMemGetInfo); on the CPU, what the kernel reports as available."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    from agentrl_core.machine_info import available_bytes
+    from agentrl_core.system.machine_info import available_bytes
 
     return int(available_bytes() or 0)
 

@@ -13,7 +13,7 @@ import transformers.modeling_utils
 from safetensors import SafetensorError
 
 import agentrl_core.checkpoints.atomic as atomic
-import agentrl_core.diskfull as diskfull
+import agentrl_core.system.diskfull as diskfull
 from agentrl_core.checkpoints import export_hf, load_checkpoint, resolve_resume, save_checkpoint
 from agentrl_core.checkpoints.storage import LocalStorage
 from agentrl_core.errors import DiskFullError

@@ -187,7 +187,7 @@ def test_games_are_reproducible(engine) -> None:
 def test_test_games_are_drawn_from_the_test_part_of_the_scene_space(engine) -> None:
     from agentrl_core.envs.alfworld import dataset
     from agentrl_core.envs.alfworld.scene import scene_key
-    from agentrl_core.tasksets.partition import content_part
+    from agentrl_core.envs.partition import content_part
 
     games, drawn = dataset.GeneratedGames(), {}
     for task_id in (*range(6), *range(2420, 2426)):  # every task type, in each split

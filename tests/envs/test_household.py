@@ -305,7 +305,7 @@ def test_observations_stay_short() -> None:
 @pytest.mark.parametrize("kwargs", [{}, {"max_steps": 8, "two_room_prob": 0.0, "max_receptacles": 4, "max_objects": 3}])
 def test_no_test_scene_is_a_training_scene(kwargs: dict) -> None:
     from agentrl_core.envs.household.generate import TEST_IDS, scene_key
-    from agentrl_core.tasksets.partition import content_part
+    from agentrl_core.envs.partition import content_part
 
     diff = Household(**kwargs).difficulty
     train = {scene_key(make_scene(i, diff)[0]) for i in range(2000)}
@@ -316,7 +316,7 @@ def test_no_test_scene_is_a_training_scene(kwargs: dict) -> None:
 
 
 def test_content_part_is_stable_and_rejects_a_bad_share() -> None:
-    from agentrl_core.tasksets.partition import content_part
+    from agentrl_core.envs.partition import content_part
 
     keys = [("kitchen", i) for i in range(4000)]
     parts = [content_part(k) for k in keys]

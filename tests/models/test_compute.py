@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl_core import machine_info
+from agentrl_core.system import machine_info
 from agentrl_core.config import RecipeConfig
 from agentrl_core.models import compute_settings
 from agentrl_core.models.mixed_precision import autocast

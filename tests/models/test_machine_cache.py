@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from agentrl_core import machine_cache
+from agentrl_core.system import machine_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def test_a_held_lock_is_waited_for_then_measured_without_it(home):
 
 DECIDER = textwrap.dedent("""
     import json, os, sys, time
-    from agentrl_core import machine_cache
+    from agentrl_core.system import machine_cache
 
     def measure():
         with open(sys.argv[1], "a") as log:  # record that this process measured

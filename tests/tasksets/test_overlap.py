@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl_core.tasksets.overlap import content_keys, overlap, recipe_overlap
+from agentrl_core.evaluation.overlap import content_keys, overlap, recipe_overlap
 
 
 def test_overlap_counts_test_tasks_whose_key_training_has() -> None:

@@ -126,7 +126,7 @@ def test_a_full_disk_while_writing_the_rollout_log_leaves_no_partial_file(tmp_pa
 def _fail_second_optimizer_save(monkeypatch) -> list[str]:
     """torch.save of the second checkpoint's optimizer fails as on a real full disk (no errno, nearly no
     space), and from then on TensorBoard cannot write either (the same disk)."""
-    import agentrl_core.diskfull as diskfull
+    import agentrl_core.system.diskfull as diskfull
 
     real, saves = torch.save, []
 

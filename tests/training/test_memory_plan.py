@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from agentrl_core.errors import ConfigError
-from agentrl_core.machine_info import peak_resident_bytes, reset_peak_resident
+from agentrl_core.system.machine_info import peak_resident_bytes, reset_peak_resident
 from agentrl_core.recipes import load_recipe
 from agentrl_core.training import memory_plan as mp
 from agentrl_core.grpo import train_grpo

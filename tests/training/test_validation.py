@@ -13,7 +13,7 @@ from agentrl_core.recipes import load_recipe
 from agentrl_core.tasksets import resolve_task_ids
 from agentrl_core.grpo import train_grpo
 from agentrl_core.errors import ConfigError
-from agentrl_core.training.validation import BestCheckpoint, best_checkpoint, held_back_ids, is_due, validation_ids
+from agentrl_core.evaluation.validation import BestCheckpoint, best_checkpoint, held_back_ids, is_due, validation_ids
 from tests.training.test_recipes_train import tiny
 
 

@@ -3,7 +3,7 @@
 Both number games like AgentGym: train ids [0, 2420), test ids [2420, 2620). The generated game
 for id i depends only on (seed, i, difficulty, GENERATOR_VERSION): scenes are drawn from sub-seeds
 0, 1, 2, ... and the first one that lies in its split's part of the scene space
-(`tasksets.partition` on `scene_key`: about one scene in 8 is a test scene, so no test game's
+(`envs.partition` on `scene_key`: about one scene in 8 is a test scene, so no test game's
 scene — room, receptacles, objects and where they start — is any training game's) and that the
 planner solves is the game (at most MAX_DRAWS draws and MAX_PLANS planner calls).
 Generated games are cached as `$AGENTRL_HOME/alfworld/<GENERATOR_VERSION>/seed<seed>-<key>/<id>/`
@@ -36,8 +36,8 @@ from agentrl_core.envs.alfworld.gamefile import (
 from agentrl_core.envs.alfworld.pddl import LIBRARY_KEYS, goal_sentence, problem_text
 from agentrl_core.envs.alfworld.scene import Difficulty, Scene, draw_scene, scene_key, task_type_of
 from agentrl_core.errors import TaskNotFoundError
-from agentrl_core.models.model_cache import agentrl_home
-from agentrl_core.tasksets.partition import fits_part
+from agentrl_core.system.home import agentrl_home
+from agentrl_core.envs.partition import fits_part
 
 GENERATOR_VERSION = "g2"  # g2: test scenes from the test part of the scene space only
 DEFAULT_SEED = 2420

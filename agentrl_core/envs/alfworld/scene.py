@@ -114,7 +114,7 @@ class Scene:
 
 def scene_key(scene: Scene) -> tuple:
     """The scene without its goal: room, receptacles (kind, number, open) and objects (kind, number, where)
-    — what a held-out test game must not share with a training game (`tasksets.partition`)."""
+    — what a held-out test game must not share with a training game (`envs.partition`)."""
     return (scene.room, tuple((r.kind, r.number, r.opened) for r in scene.receptacles),
             tuple((t.kind, t.number, t.place) for t in scene.things))
 

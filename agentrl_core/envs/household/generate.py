@@ -20,7 +20,7 @@ from agentrl_core.envs.household.world import (
     Scene,
     State,
 )
-from agentrl_core.tasksets.partition import fits_part
+from agentrl_core.envs.partition import fits_part
 
 TASK_TYPES = ("put", "clean", "heat", "cool")
 TRAIN_IDS = range(0, 10_000)
@@ -151,7 +151,7 @@ def make_scene(task_id: int, diff: Difficulty) -> tuple[Scene, int]:
     """The scene of `task_id` and its shortest plan length (1 <= length <= diff.max_plan).
 
     Test ids draw only scenes of the test part of the scene space and train ids only of the train
-    part (`tasksets.partition`), so no test scene is ever a training scene, whatever the ids.
+    part (`envs.partition`), so no test scene is ever a training scene, whatever the ids.
     """
     rng = random.Random(f"household-v1:{task_id}")
     held_out = task_id in TEST_IDS

@@ -20,8 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agentrl_core.fsync import fsync_dir, fsync_file
-from agentrl_core.models.model_cache import agentrl_home
+from agentrl_core.system.fsync import fsync_dir, fsync_file
+from agentrl_core.system.home import agentrl_home
 
 GENERATOR_VERSION = 1  # bump when generated rows or schemas change: old cache files are then ignored
 

@@ -23,7 +23,7 @@ from typing import Any, Hashable, Sequence
 import torch
 
 from agentrl_core.config import SamplingConfig
-from agentrl_core.machine_info import available_bytes
+from agentrl_core.system.machine_info import available_bytes
 from agentrl_core.rollout.generation import Generation
 from agentrl_core.rollout.native.forward import PackedForward
 from agentrl_core.rollout.native.kv_cache import SlabKVCache

@@ -5,7 +5,7 @@ beat `F.linear` several times at decode batch sizes, or not at all, depending on
 build, the dtype and the matrix shape, so a short timing probe decides. Its float32 results differ
 from F.linear's in the last bits, so the verdict must be the same in every process of the machine,
 or two runs with the same seed compute differently: it is measured once and kept in
-`$AGENTRL_HOME/machine/prepack.json` (agentrl_core.machine_cache, as the compute dtype is), keyed by
+`$AGENTRL_HOME/machine/prepack.json` (agentrl_core.system.machine_cache, as the compute dtype is), keyed by
 CPU, torch and the (dtype, shape) of the weights. `$AGENTRL_NATIVE_PREPACK=on|off` overrides it.
 """
 
@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from agentrl_core.errors import ConfigError
-from agentrl_core.machine_cache import cache_key as machine_key
-from agentrl_core.machine_cache import cache_path, cached_decision, machine_facts
-from agentrl_core.machine_info import cpu_info, usable_cores
+from agentrl_core.system.machine_cache import cache_key as machine_key
+from agentrl_core.system.machine_cache import cache_path, cached_decision, machine_facts
+from agentrl_core.system.machine_info import cpu_info, usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ PREPACK_ENV = "AGENTRL_NATIVE_PREPACK"
 """Overrides the prepacking decision: on, off, or auto (the default)."""
 ON, OFF, AUTO = "on", "off", "auto"
 CACHE_NAME = "prepack"
-"""The machine cache (agentrl_core.machine_cache) holding the probe's verdicts."""
+"""The machine cache (agentrl_core.system.machine_cache) holding the probe's verdicts."""
 _pack_decisions: dict[tuple, bool] = {}
 
 

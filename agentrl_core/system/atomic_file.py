@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentrl_core.diskfull import raising_disk_full
+from agentrl_core.system.diskfull import raising_disk_full
 
 
 def temp_name(path: Path) -> Path:

@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from agentrl_core.atomic_file import write_text_atomic
+from agentrl_core.system.atomic_file import write_text_atomic
 from agentrl_core.errors import DiskFullError
-from agentrl_core.machine_info import CpuInfo, cpu_info
-from agentrl_core.models.model_cache import agentrl_home
+from agentrl_core.system.machine_info import CpuInfo, cpu_info
+from agentrl_core.system.home import agentrl_home
 
 log = logging.getLogger(__name__)
 

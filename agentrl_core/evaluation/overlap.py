@@ -15,7 +15,7 @@ Levels, coarse to fine — a fair held-out task shares at most its *kind* with t
   target kind), `scene` (room, receptacles, objects and where they start), `scene with goal`.
   Its games are generated (and cached) on first use: the first check of all 2,620 takes minutes.
 
-    .venv/bin/python -m agentrl_core.tasksets.overlap --recipe math_learn
+    .venv/bin/python -m agentrl_core.evaluation.overlap --recipe math_learn
 """
 
 from __future__ import annotations

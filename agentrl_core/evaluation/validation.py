@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentrl_core.atomic_file import write_text_atomic
+from agentrl_core.system.atomic_file import write_text_atomic
 from agentrl_core.config import RecipeConfig
 from agentrl_core.env_service import EnvClient
 from agentrl_core.errors import ConfigError

@@ -175,5 +175,5 @@ def available_bytes(meminfo: str = "/proc/meminfo", cgroup: str | None = "/sys/f
     return available
 
 
-if __name__ == "__main__":  # `python -m agentrl_core.machine_info`: what CI prints before the tests
+if __name__ == "__main__":  # `python -m agentrl_core.system.machine_info`: what CI prints before the tests
     print(describe_cpu())
