@@ -163,7 +163,12 @@ class DistributedConfig(Section):
     rollout_gpus: float = Field(0.0, ge=0)
     """GPUs for all rollout workers together, shared evenly (rollout_gpus / rollout_workers each)."""
     train_gpus: int = Field(0, ge=0)
-    """GPUs of the trainer worker (one node's worth at most; 0 = train on CPU)."""
+    """GPUs of each trainer worker (one node's worth at most; 0 = train on CPU)."""
+    trainer_workers: int = Field(1, ge=1)
+    """Trainer worker actors training data-parallel in one torch process group (gloo on CPU, NCCL on GPU): each
+    rank trains on its share of every batch's micro-batches and the gradients are summed over the ranks. More
+    than one needs trainer.backend=deepspeed, whose ZeRO shards the optimizer state and gradients (stage 2) and
+    the parameters too (stage 3) over them; a run resumes only with the N it was started with."""
     max_policy_lag: int | None = Field(None, ge=0)
     """How many versions a rollout may run ahead of the trainer (agentrl_core/grpo/loop.py, one loop for both).
     None or 0: synchronous — roll out step t with the weights of t updates, update, publish, repeat (every

@@ -62,18 +62,17 @@ def check_combinations(cfg: Recipe) -> None:
         raise ConfigError("experience.enabled cannot be combined with algorithm.r3l_retry yet: R3L replays an attempt "
                           "by comparing its first message (which would hold the experience block) with a fresh "
                           "reset; set one of them to false")
-    if cfg.distributed.backend == "ray":
-        unsupported = {"model.lora.enabled": cfg.model.lora.enabled,
-                       "algorithm.dynamic_sampling": cfg.algorithm.dynamic_sampling,
-                       "algorithm.r3l_retry": cfg.algorithm.r3l_retry, "experience.enabled": cfg.experience.enabled,
-                       "trainer.backend=deepspeed": cfg.trainer.backend == "deepspeed",
-                       f"rollout.engine.kind={cfg.rollout.engine.kind}":
-                           cfg.rollout.engine.kind not in ("auto", "native", "hf")}
-        for name, on in unsupported.items():
-            if on:
-                raise ConfigError(f"{name} is not supported with distributed.backend=ray yet (the Ray workers run "
-                                  "in-process native or hf rollouts and a torch trainer); use "
-                                  "distributed.backend=local or turn it off")
+    if cfg.distributed.trainer_workers > 1:
+        if cfg.distributed.backend != "ray":
+            raise ConfigError(f"distributed.trainer_workers={cfg.distributed.trainer_workers} trains over several Ray "
+                              "actors: set distributed.backend=ray (in-process there is one trainer)")
+        if cfg.trainer.backend != "deepspeed":
+            raise ConfigError(f"distributed.trainer_workers={cfg.distributed.trainer_workers} shards the trainer with "
+                              "DeepSpeed's ZeRO: set trainer.backend=deepspeed (trainer.deepspeed.zero_stage 2 or 3), "
+                              "or keep one trainer worker")
+    if cfg.distributed.backend == "ray" and cfg.rollout.engine.kind == "openai":
+        raise ConfigError("rollout.engine.kind=openai samples from a fixed served model, which training cannot update; "
+                          "train with native, hf or vllm rollout workers, and use openai for evaluation")
     _check_async(cfg)
 
 

@@ -4,7 +4,8 @@
 any thread (a Ray call arriving while the worker plays episodes): it only parks the weights. The thread that
 drives the engine applies them at the start of its next step — a continuous engine's `step` (between decode
 steps: the batch in flight goes on, `NativeEngine.adopt_weights`), a lock-step engine's `generate` (between
-turns) — so no forward ever sees half-copied weights.
+turns) — so no forward ever sees half-copied weights. An engine that holds its own copy of the weights (vLLM)
+gets them through its `update_weights`; the others sample the worker's model, into which they are copied.
 
 Every reply is stamped with the versions of the weights of its first and last token
 (`Generation.weight_versions`); the agent loop keeps them per turn in `Trajectory.extra["weight_versions"]`.
@@ -65,7 +66,10 @@ class InflightEngine:
         if pending is None:
             return False
         version, weights = pending
-        load_into(self._model, weights)
+        if hasattr(self._engine, "update_weights"):  # vLLM holds its own copy: its documented weight-loading call
+            self._engine.update_weights(weights.items())
+        else:
+            load_into(self._model, weights)
         adopt = getattr(self._engine, "adopt_weights", None)
         if adopt is not None:  # the native engine: new weight snapshot, running requests kept
             adopt()

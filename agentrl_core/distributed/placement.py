@@ -28,17 +28,29 @@ class Bundle:
 
 @dataclass(frozen=True)
 class PlacementPlan:
-    """One bundle per rollout worker (PACK: as few nodes as possible, may spread) and one for the trainer
-    (STRICT_PACK: one node)."""
+    """One bundle per rollout worker (PACK: as few nodes as possible, may spread) and one per trainer worker
+    (`trainer` each: one worker STRICT_PACK, on one node; several PACK, as few nodes as possible)."""
 
     rollout: tuple[Bundle, ...]
     trainer: Bundle
     rollout_strategy: str = "PACK"
-    trainer_strategy: str = "STRICT_PACK"
+    trainer_workers: int = 1
+
+    @property
+    def trainers(self) -> tuple[Bundle, ...]:
+        return (self.trainer,) * self.trainer_workers
+
+    @property
+    def trainer_strategy(self) -> str:
+        return "STRICT_PACK" if self.trainer_workers == 1 else "PACK"
 
     @property
     def cpus(self) -> float:
-        return sum(b.cpus for b in self.rollout) + self.trainer.cpus
+        return sum(b.cpus for b in (*self.rollout, *self.trainers))
+
+    @property
+    def train_gpus(self) -> float:
+        return sum(b.gpus for b in self.trainers)
 
     @property
     def rollout_gpus(self) -> float:
@@ -67,7 +79,8 @@ def plan_placement(cfg: DistributedConfig) -> PlacementPlan:
                           f"{cfg.gpus_per_node}: the trainer worker runs on one node")
     rollout = tuple(Bundle(cfg.cpus_per_rollout_worker, per_worker, cfg.rollout_resource)
                     for _ in range(cfg.rollout_workers))
-    return PlacementPlan(rollout, Bundle(TRAINER_CPUS, float(cfg.train_gpus), cfg.trainer_resource))
+    return PlacementPlan(rollout, Bundle(TRAINER_CPUS, float(cfg.train_gpus), cfg.trainer_resource),
+                         trainer_workers=cfg.trainer_workers)
 
 
 def check_fits(plan: PlacementPlan, cluster: Mapping[str, float]) -> None:
@@ -76,13 +89,14 @@ def check_fits(plan: PlacementPlan, cluster: Mapping[str, float]) -> None:
     if plan.rollout_gpus > gpus:
         raise ConfigError(f"asked for {plan.rollout_gpus:g} rollout GPUs but the cluster has {gpus:g} GPUs; set "
                           "distributed.rollout_gpus=0 to roll out on CPU, or start Ray where the GPUs are")
-    if plan.rollout_gpus + plan.trainer.gpus > gpus:
-        raise ConfigError(f"asked for {plan.rollout_gpus:g} rollout + {plan.trainer.gpus:g} training GPUs but the "
+    if plan.rollout_gpus + plan.train_gpus > gpus:
+        raise ConfigError(f"asked for {plan.rollout_gpus:g} rollout + {plan.train_gpus:g} training GPUs but the "
                           f"cluster has {gpus:g} GPUs; lower distributed.train_gpus or distributed.rollout_gpus")
     if plan.cpus > cpus:
         raise ConfigError(f"asked for {plan.cpus:g} CPUs ({len(plan.rollout)} rollout workers x "
-                          f"{plan.rollout[0].cpus:g} + {plan.trainer.cpus:g} for the trainer) but the cluster has "
-                          f"{cpus:g}; lower distributed.rollout_workers or distributed.cpus_per_rollout_worker")
+                          f"{plan.rollout[0].cpus:g} + {plan.trainer_workers} trainer workers x {plan.trainer.cpus:g}) "
+                          f"but the cluster has {cpus:g}; lower distributed.rollout_workers, "
+                          "distributed.cpus_per_rollout_worker or distributed.trainer_workers")
     for name, units in custom_units(plan).items():
         if units > float(cluster.get(name, 0.0)):
             setting = "distributed.trainer_resource" if name == plan.trainer.custom else "distributed.rollout_resource"
@@ -94,7 +108,7 @@ def check_fits(plan: PlacementPlan, cluster: Mapping[str, float]) -> None:
 def custom_units(plan: PlacementPlan) -> dict[str, float]:
     """Units of each custom resource the plan asks for (one per bundle that names it)."""
     units: dict[str, float] = {}
-    for bundle in (*plan.rollout, plan.trainer):
+    for bundle in (*plan.rollout, *plan.trainers):
         if bundle.custom:
             units[bundle.custom] = units.get(bundle.custom, 0.0) + 1.0
     return units
@@ -107,7 +121,8 @@ def create_placement_groups(plan: PlacementPlan, timeout_s: float = 60.0) -> tup
 
     rollout = placement_group([b.resources() for b in plan.rollout], strategy=plan.rollout_strategy,
                               name="agentrl-rollout")
-    trainer = placement_group([plan.trainer.resources()], strategy=plan.trainer_strategy, name="agentrl-trainer")
+    trainer = placement_group([b.resources() for b in plan.trainers], strategy=plan.trainer_strategy,
+                              name="agentrl-trainer")
     ready, _ = ray.wait([rollout.ready(), trainer.ready()], num_returns=2, timeout=timeout_s)
     if len(ready) < 2:
         remove_placement_group(rollout)

@@ -132,6 +132,13 @@ class RolloutPool:
         return [(i, w.run.remote(s, seed + i * SHARD_SEED_STRIDE, **options))
                 for i, (w, s) in enumerate(zip(self.workers, shards)) if s]
 
+    def generate(self, prompts: Sequence[list[int]], sampling: Any, seed: int) -> list[Any]:
+        """Replies of the current policy to raw prompts (the first worker's engine): an `Engine` for callers that
+        only generate, e.g. the experience pool's model summariser."""
+        import ray
+
+        return ray.get(self.workers[0].generate.remote(list(prompts), sampling, seed))
+
     def engine_counters(self) -> dict[str, float]:
         """The workers' engine counts summed (a worker that does not answer, or was just replaced: left out)."""
         import ray

@@ -16,7 +16,8 @@ from agentrl_core.env_service import EnvClient, RemoteEnv
 from agentrl_core.system.machine_info import peak_resident_bytes
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout import EpisodeSpec, Generation, LoopLimits, Trajectory, run_episodes
+from agentrl_core.rollout import EpisodeSpec, Generation, Trajectory
+from agentrl_core.rollout.training_round import play_round
 from agentrl_core.rollout.engine_factory import make_engine
 from agentrl_core.secrets import adopt_worker_environment
 
@@ -24,6 +25,17 @@ ENGINE_COUNTERS = ("prefilled_tokens", "reused_tokens", "evictions", "forward_s"
 """The native engine's running counts a step reports (as rollout/<name>; grpo.local keeps the same list)."""
 
 log = logging.getLogger(__name__)
+
+
+def worker_engine(cfg: RecipeConfig, folder: str, tokenizer: Any, device: str) -> tuple[Any, Any]:
+    """(engine, the model it samples or None) through the same factory as the in-process executor: native and hf
+    sample a model this worker holds (loaded here, new weights copied into it); vLLM loads its own copy from the
+    folder (new weights sent with its `update_weights`) and needs no second one."""
+    if cfg.rollout.engine.kind == "vllm":
+        return make_engine(cfg.rollout.engine, None, tokenizer, model_path=folder, dtype=cfg.model.dtype,
+                           seed=cfg.trainer.seed), None
+    model = load_model(folder, dtype=cfg.model.dtype, device=device)
+    return make_engine(cfg.rollout.engine, model, tokenizer, autocast=cfg.model.compute_dtype), model
 
 
 def actor_device() -> str:
@@ -49,24 +61,21 @@ class RolloutWorker:
         torch.manual_seed(cfg.trainer.seed)
         self.cfg = cfg
         with materialised(init_model) as folder:  # a copy sent through Ray is removed once loaded
-            self.model = load_model(folder, dtype=cfg.model.dtype, device=device or actor_device())
             tokenizer = load_tokenizer(folder)
-        engine = make_engine(cfg.rollout.engine, self.model, tokenizer, autocast=cfg.model.compute_dtype)
+            engine, self.model = worker_engine(cfg, folder, tokenizer, device or actor_device())
         self.engine = InflightEngine(engine, self.model)  # weights may arrive while it plays (offer_weights)
         self.chat = ChatFormat(tokenizer)
         self.client = EnvClient(env_url, timeout=cfg.env.request_timeout_s)
 
     def run(self, specs: Sequence[EpisodeSpec], seed: int, sampling: SamplingConfig | None = None,
             max_live: int | None = None) -> list[Trajectory]:
-        """Play every spec to its end (rollout.sampling, or `sampling`: the validation's; at most `max_live`
-        episodes open at once); one trajectory per spec, in order. Weights offered meanwhile (offer_weights) are
+        """Play every spec to its end (rollout.sampling, R3L's retries when on; or `sampling`: the validation's; at
+        most `max_live` episodes open at once); one trajectory (R3L: plus its retries) per spec, in order. Weights offered meanwhile (offer_weights) are
         taken between decode steps; each turn records its weights' versions."""
         if self.engine.offered_version() == UNSYNCED:
             raise RuntimeError("rollout before the first weight sync: the driver must sync the trainer's weights first")
-        limits = LoopLimits(self.cfg.env.max_turns, self.cfg.rollout.max_context_tokens)
         factory = lambda: RemoteEnv(self.client, self.cfg.env.name)  # noqa: E731
-        return run_episodes(self.engine, self.chat, factory, list(specs), sampling or self.cfg.rollout.sampling,
-                            limits, seed=seed, max_live=max_live)
+        return play_round(self.engine, self.chat, factory, specs, seed, self.cfg, sampling, max_live)
 
     def engine_counters(self) -> dict[str, float]:
         """The engine's running counts (the native engine's prefilled and reused tokens, evictions, forward
@@ -83,7 +92,8 @@ class RolloutWorker:
         (the synchronous loop; the native engine's KV caches belong to the old weights and are dropped);
         returns it."""
         self.engine.load_now(version, state_dict)
-        self.model.eval()
+        if self.model is not None:
+            self.model.eval()
         return version
 
     def offer_weights(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> int:

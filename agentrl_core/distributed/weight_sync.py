@@ -30,11 +30,6 @@ class WeightSyncError(AgentRLError):
     """After a sync, a worker does not report the version it was sent."""
 
 
-def cpu_state_dict(model: Any) -> dict[str, torch.Tensor]:
-    """The model's weights as detached CPU tensors in their own dtype (what travels through the object store)."""
-    return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
-
-
 def accept(current: int, offered: int) -> None:
     """Raise StaleWeightsError unless `offered` is newer than `current`."""
     if offered <= current:

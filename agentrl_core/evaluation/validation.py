@@ -103,10 +103,12 @@ class BestCheckpoint:
         """Strictly better validation success than the best so far (ties keep the earlier checkpoint)."""
         return metrics.get("val/success_rate", float("-inf")) > self.success
 
-    def keep(self, session: Any, step: int, metrics: dict[str, float]) -> Path:
-        """Save the session's model as the best checkpoint (replacing the previous best) and record it."""
+    def keep(self, session: Any, step: int, metrics: dict[str, float], record: bool = True) -> Path:
+        """Save the session's model as the best checkpoint (replacing the previous best) and record it in
+        best.json (`record` False: a trainer rank other than 0, which only takes part in the save)."""
         path = session.save_best(self.root, step, {"validation": metrics})
         self.step, self.success = step, metrics["val/success_rate"]
-        write_text_atomic(self.record, json.dumps({"step": step, "checkpoint": str(path), **metrics}))
+        if record:
+            write_text_atomic(self.record, json.dumps({"step": step, "checkpoint": str(path), **metrics}))
         log.info("best validation success %.3f at step %d: kept %s", self.success, step, path)
         return path

@@ -18,9 +18,9 @@ from agentrl_core.errors import ConfigError
 from agentrl_core.experience.rollout_hooks import experience_after_rollout
 from agentrl_core.system.machine_info import peak_resident_bytes
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout import EpisodeSpec, LoopLimits, Trajectory, run_episodes
+from agentrl_core.rollout import EpisodeSpec, Trajectory
 from agentrl_core.rollout.engine_factory import make_engine
-from agentrl_core.rollout.r3l import run_r3l_episodes, settings_from
+from agentrl_core.rollout.training_round import play_round
 from agentrl_core.training.memory_plan import MemoryPlan, check_peak
 from agentrl_core.training.policy_update import policy_update
 from agentrl_core.training.session import TrainingSession, open_session
@@ -51,14 +51,9 @@ class LocalExecutor:
         self.start_step = self.session.start_step
 
     def play(self, specs: Sequence[EpisodeSpec], seed: int, step: int) -> list[Trajectory]:
-        cfg = self.cfg
         self.session.model.eval()
-        limits = LoopLimits(cfg.env.max_turns, cfg.rollout.max_context_tokens)
-        factory = lambda: RemoteEnv(self.client, cfg.env.name)  # noqa: E731
-        if cfg.algorithm.r3l_retry:  # reflect-then-retry: failed attempts add retries to their groups
-            return run_r3l_episodes(self.engine, self.chat, factory, specs, cfg.rollout.sampling, limits,
-                                    settings_from(cfg.algorithm), seed=seed)
-        return run_episodes(self.engine, self.chat, factory, list(specs), cfg.rollout.sampling, limits, seed=seed)
+        factory = lambda: RemoteEnv(self.client, self.cfg.env.name)  # noqa: E731
+        return play_round(self.engine, self.chat, factory, specs, seed, self.cfg)
 
     def after_rollout(self, trajs: list[Trajectory], step: int) -> dict[str, float]:
         return experience_after_rollout(trajs, self.engine, self.chat, step, self.cfg)

@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from agentrl_core.config import LoraConfig
 from agentrl_core.errors import CheckpointError, ConfigError
 
@@ -157,3 +159,23 @@ def merged_model(base: Any, adapter_folder: Path) -> Any:
 
     wrapped = PeftModel.from_pretrained(base, str(adapter_folder), is_trainable=False)
     return wrapped.merge_and_unload()
+
+
+def merged_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
+    """The plain model's weights with every LoRA layer merged, W' = W + (α/r)·B A, as detached CPU tensors under
+    the plain model's names, computed aside: the wrapped model is not touched (merging in place and back would
+    leave rounding in the trained base). What a sampler holding a plain model needs (the Ray rollout workers)."""
+    from peft.tuners.lora import LoraLayer
+
+    base = peft_model.get_base_model()
+    deltas = {f"{name}.weight": sum(module.get_delta_weight(a) for a in module.active_adapters)
+              for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+    out = {}
+    with torch.no_grad():
+        for key, value in base.state_dict().items():
+            if "lora_" in key:
+                continue
+            plain = key.replace(".base_layer.", ".")
+            merged = value + deltas[plain].to(value.dtype) if plain in deltas else value
+            out[plain] = merged.detach().to("cpu")
+    return out

@@ -26,6 +26,8 @@ class MicroBatch:
     advantages: torch.Tensor
     prefixes: list[Any] = field(default_factory=list)
     """Row groups sharing a prompt (training.shared_prefix.PrefixGroup); empty = every row runs whole."""
+    weight: float = 1.0
+    """1, or 0 for a copy that only keeps the ranks' passes in step (training.data_parallel): it adds nothing."""
 
     @property
     def tokens(self) -> int:

@@ -176,3 +176,22 @@ class MetricsWriter:
             self.close()
         else:
             self._close_quietly()
+
+
+class NullWriter:
+    """A MetricsWriter that writes nothing: the trainer ranks other than 0 (rank 0 logs the step for all)."""
+
+    def log(self, step: int, metrics: dict[str, Any], prefix: str = "") -> dict:
+        return {}
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> NullWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        pass

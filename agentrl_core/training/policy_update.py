@@ -17,9 +17,10 @@ from agentrl_core.training.batching import (
     plan_micro_batches,
     target_mask,
 )
+from agentrl_core.training.data_parallel import gather_objects, my_share, sum_over_ranks
 from agentrl_core.training.logprobs import is_wrapper, token_logprobs
 from agentrl_core.training.shared_prefix import plan_group_batches, plan_prefixes
-from agentrl_core.training.update_diagnostics import Diagnostics, turn_index
+from agentrl_core.training.update_diagnostics import Diagnostics, merge, turn_index
 
 
 @dataclass
@@ -51,6 +52,9 @@ class UpdateContext:
     old_logprobs: str = "recompute"
     """"recompute" (the policy before the update) or "engine" (the rollout engine's log-probs): see
     TrainerConfig.old_logprobs."""
+    dp_rank: int = 0
+    dp_world: int = 1
+    """This trainer's rank among `dp_world` data-parallel ranks (training.data_parallel); 0 of 1 alone."""
 
     def __post_init__(self) -> None:
         if self.backend is None:
@@ -140,6 +144,8 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
     mask = target_mask(trajs)
     turns = turn_index(trajs)
     parts = [_plan_part(ctx, trajs, idx, adv, mask, turns) for idx in split_groups(trajs, mini_batches)]
+    for part in parts:  # this rank's micro-batches of each part (all of them with one rank)
+        part.batches = my_share(part.batches, ctx.dp_rank, ctx.dp_world)
     steps = epochs * len(parts)
     olds = [_old_logprobs(ctx, part.batches, steps) for part in parts]
     totals: dict[str, float] = {}
@@ -152,9 +158,10 @@ def policy_update(ctx: UpdateContext, trajs: Sequence[Trajectory], epochs: int =
                     totals[k] = totals.get(k, 0.0) + v / steps
             totals["grad_norm"] = totals.get("grad_norm", 0.0) + _optimizer_step(ctx) / steps
     seq_adv = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
-    totals.update(diag.means())
-    totals.update(adv_abs_mean=float(seq_adv.abs().mean()), lr=ctx.backend.lr,
-                  micro_batches=float(sum(len(p.batches) for p in parts)), mini_batches=float(len(parts)),
+    totals["micro_batches"] = float(sum(mb.weight > 0 for p in parts for mb in p.batches))
+    totals = sum_over_ranks(totals, ("loss", "pg_loss", "kl", "micro_batches"), ctx.dp_world)
+    totals.update(merge(gather_objects(diag, ctx.dp_world)).means())
+    totals.update(adv_abs_mean=float(seq_adv.abs().mean()), lr=ctx.backend.lr, mini_batches=float(len(parts)),
                   samples_trained=float(len(trajs)), samples_backpropagated=float(sum(len(p.rows) for p in parts)),
                   shaped_reward_mean=float(rewards.mean()))
     return totals
@@ -280,7 +287,11 @@ def _micro_step(ctx: UpdateContext, mb: MicroBatch, norm: Any, old_logprobs: tor
         out["kl"] = float(kl.detach())
     if cfg.entropy_coef > 0:
         loss = loss - cfg.entropy_coef * agg(stats.entropy, mask, norm)
-    ctx.backend.backward(loss)
+    # an averaging backend divides the ranks' summed gradients by N: give it N x this rank's share
+    scale = ctx.dp_world if getattr(ctx.backend, "averages_ranks", False) else 1
+    ctx.backend.backward(loss * (mb.weight * scale) if mb.weight != 1.0 or scale != 1 else loss)
     out["loss"] = float(loss.detach())
+    if mb.weight == 0.0:  # a pass that only keeps the ranks in step: it adds nothing to the step's figures
+        return {k: 0.0 for k in out}
     diag.add(mask, stats.entropy, pg_stats.get("clipfrac"), (old - mb.engine_logprobs).abs(), turns)
     return out

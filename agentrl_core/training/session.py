@@ -32,7 +32,7 @@ from agentrl_core.checkpoints import (
     resolve_resume,
     save_checkpoint,
 )
-from agentrl_core.checkpoints.layout import STATE_FILE, parse_step
+from agentrl_core.checkpoints.layout import STATE_FILE, parse_step, step_dir
 from agentrl_core.config import LoraConfig, OptimConfig, TrainerConfig
 from agentrl_core.errors import CheckpointError, ConfigError, DiskFullError
 from agentrl_core.models import load_model, load_tokenizer
@@ -43,7 +43,8 @@ from agentrl_core.models.lora import (
     wrap_lora,
 )
 from agentrl_core.training.backends import TorchBackend, TrainBackend, build_backend
-from agentrl_core.training.metrics_log import MetricsWriter
+from agentrl_core.training.data_parallel import barrier, from_rank_zero, rank_and_world
+from agentrl_core.training.metrics_log import MetricsWriter, NullWriter
 from agentrl_core.training.optim import build_optimizer
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class TrainingSession:
     scheduler: Any
     total_steps: int
     start_step: int
-    writer: MetricsWriter
+    writer: MetricsWriter | NullWriter
     started: float = field(default_factory=time.time)
     adapter: Any | None = None
     """The PeftModel around `model` when training LoRA adapters, else None."""
@@ -102,14 +103,17 @@ class TrainingSession:
         return self.backend is not None and not isinstance(self.backend, TorchBackend)
 
     def save(self, step: int, keep_last: int, extra: dict[str, Any] | None = None) -> Path:
-        """Write a complete, atomic checkpoint for `step`."""
+        """Write a complete, atomic checkpoint for `step` (with several ranks: rank 0 writes it, every rank its
+        DeepSpeed shard)."""
+        if self._follower():
+            return self._follow(step, engine_state=True, final=step_dir(self.ckpt_root, step))
         state = {"step": step, "init_model": self.init_model, "total_steps": self.total_steps, **(extra or {})}
         if self.adapter is not None:  # the checkpoint holds the adapter; resume and export need the base
             state.update(base_model=self.init_model, lora=self.lora)
         if self.uses_deepspeed:
+            state.update(backend="deepspeed", data_parallel_ranks=rank_and_world()[1])
             return save_checkpoint(self.ckpt_root, step, model=_DeepSpeedWriter(self.backend, step),
-                                   tokenizer=self.tokenizer, state={**state, "backend": "deepspeed"},
-                                   keep_last=keep_last)
+                                   tokenizer=self.tokenizer, state=state, keep_last=keep_last)
         return save_checkpoint(self.ckpt_root, step, model=self.adapter if self.adapter is not None else self.model,
                                tokenizer=self.tokenizer, optimizer=self.optimizer, scheduler=self.scheduler,
                                state=state, keep_last=keep_last)
@@ -117,12 +121,25 @@ class TrainingSession:
     def save_best(self, root: Path, step: int, extra: dict[str, Any] | None = None) -> Path:
         """Write the current weights as the only checkpoint under `root` (no optimizer state: it is for
         export, not for resuming); returns its folder."""
+        if self._follower():
+            return self._follow(step, engine_state=False, final=step_dir(root, step))
         state = {"step": step, "init_model": self.init_model, "total_steps": self.total_steps, **(extra or {})}
         if self.adapter is not None:
             state.update(base_model=self.init_model, lora=self.lora)
-        model = _DeepSpeedWriter(self.backend, step) if self.uses_deepspeed else (
+        model = _DeepSpeedWriter(self.backend, step, engine_state=False) if self.uses_deepspeed else (
             self.adapter if self.adapter is not None else self.model)
         return save_checkpoint(root, step, model=model, tokenizer=self.tokenizer, state=state, keep_last=1)
+
+    def _follower(self) -> bool:
+        """Whether this is a DeepSpeed rank other than 0 of several (it follows rank 0's saves)."""
+        rank, world = rank_and_world()
+        return self.uses_deepspeed and world > 1 and rank != 0
+
+    def _follow(self, step: int, engine_state: bool, final: Path) -> Path:
+        """A rank other than 0 in rank 0's save of `step`: the folder rank 0 writes comes by broadcast."""
+        folder = Path(from_rank_zero(None, rank_and_world()[1]))
+        _save_deepspeed_parts(self.backend, folder, step, engine_state)
+        return final
 
     @contextmanager
     def resume_hint(self) -> Iterator[None]:
@@ -145,12 +162,13 @@ class TrainingSession:
 def open_session(stage_dir: Path, init_model: Path, optim: OptimConfig, total_steps: int, *,
                  resume: str, dtype: str = "float32", gradient_checkpointing: bool = False,
                  lora: LoraConfig | None = None, trainer: TrainerConfig | None = None,
-                 device: str = "cpu") -> TrainingSession:
+                 device: str = "cpu", write_metrics: bool = True) -> TrainingSession:
     """Load the model (from the last checkpoint when resuming, else `init_model`) onto `device` and its optimizer.
 
     With `lora.enabled` the base always comes from `init_model` and gets fresh adapters (before
     the optimizer is built, so only they train); a resumed run then loads the checkpoint's adapter.
-    `trainer.backend` picks plain torch (also when `trainer` is None) or DeepSpeed.
+    `trainer.backend` picks plain torch (also when `trainer` is None) or DeepSpeed. `write_metrics` False: the
+    session logs nothing (a trainer rank other than 0).
     """
     stage_dir.mkdir(parents=True, exist_ok=True)
     deepspeed = trainer is not None and trainer.backend == "deepspeed"
@@ -184,13 +202,14 @@ def open_session(stage_dir: Path, init_model: Path, optim: OptimConfig, total_st
     start = 0
     if ckpt is not None:
         if deepspeed:  # DeepSpeed's state first; then trainer state and RNG from our files
+            _check_same_ranks(ckpt)
             backend.load(ckpt / DEEPSPEED_DIR)
             state = load_checkpoint(ckpt)
         else:
             state = load_checkpoint(ckpt, optimizer=optimizer, scheduler=scheduler)
         start = int(state["step"])
         log.info("resuming %s from step %d (%s)", stage_dir.name, start, ckpt)
-    writer = MetricsWriter(stage_dir, resume_step=start)
+    writer = MetricsWriter(stage_dir, resume_step=start) if write_metrics else NullWriter()
     return TrainingSession(stage_dir, str(init_model), model, tokenizer, optimizer, scheduler, total_steps, start, writer,
                            adapter=adapter, lora=lora if use_lora else None, backend=backend)
 
@@ -198,18 +217,26 @@ def open_session(stage_dir: Path, init_model: Path, optim: OptimConfig, total_st
 class _DeepSpeedWriter:
     """Stands in for the model in `save_checkpoint`: the HF weights into `model/`, DeepSpeed's state beside it.
 
-    `save_checkpoint` calls `save_pretrained(<tmp>/model)` inside its atomic folder, before the
-    marker, so both land in the step folder or neither does. One process (world size 1): with
-    several ranks every rank would have to call DeepSpeed's save into the same folder.
+    `save_checkpoint` calls `save_pretrained(<tmp>/model)` inside its atomic folder, before the marker, so both
+    land in the step folder or neither does. With several ranks (trainer workers) rank 0 runs `save_checkpoint`
+    and hands the folder it writes to the others (`TrainingSession._follow`): every rank takes part in the
+    collective parts (ZeRO-3's gathers, DeepSpeed's shards into `deepspeed/`), only rank 0 writes the rest.
     """
 
-    def __init__(self, backend: Any, step: int) -> None:
-        self.backend, self.step = backend, step
+    def __init__(self, backend: Any, step: int, engine_state: bool = True) -> None:
+        self.backend, self.step, self.engine_state = backend, step, engine_state
 
     def save_pretrained(self, folder: Path, safe_serialization: bool = True) -> None:
-        folder = Path(folder)
-        self.backend.save_hf(folder)
-        self.backend.save(folder.parent / DEEPSPEED_DIR, self.step)
+        _save_deepspeed_parts(self.backend, Path(from_rank_zero(str(folder), rank_and_world()[1])), self.step,
+                              self.engine_state)
+
+
+def _save_deepspeed_parts(backend: Any, folder: Path, step: int, engine_state: bool) -> None:
+    """On every rank: the HF weights (written by rank 0) and DeepSpeed's shards, then wait for all."""
+    backend.save_hf(folder)
+    if engine_state:
+        backend.save(folder.parent / DEEPSPEED_DIR, step)
+    barrier(rank_and_world()[1])
 
 
 def _check_same_backend(ckpt: Path, deepspeed: bool) -> None:
@@ -219,6 +246,16 @@ def _check_same_backend(ckpt: Path, deepspeed: bool) -> None:
         raise CheckpointError(
             f"{ckpt} holds {held} optimizer state but trainer.backend is {asked} for this run; set it as the "
             "run was started, or use a new run name (run.name=...) to start afresh")
+
+
+def _check_same_ranks(ckpt: Path) -> None:
+    """A DeepSpeed checkpoint holds one ZeRO shard per rank: it resumes only over as many ranks as wrote it."""
+    saved, world = int(_saved_state(ckpt).get("data_parallel_ranks", 1)), rank_and_world()[1]
+    if saved != world:
+        raise CheckpointError(
+            f"{ckpt} was written by {saved} trainer worker(s) and this run has {world}: DeepSpeed's ZeRO state is one "
+            f"shard per rank and resumes only over as many ranks; set distributed.trainer_workers={saved} to resume, "
+            "or export it (`agentrl export`) and start a new run (run.name=...) from the exported model")
 
 
 def _check_same_kind(ckpt: Path, use_lora: bool) -> None:

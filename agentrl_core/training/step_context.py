@@ -7,17 +7,19 @@ from typing import Any
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.models import load_model
+from agentrl_core.training.data_parallel import rank_and_world
 from agentrl_core.training.policy_update import UpdateContext
 from agentrl_core.training.session import TrainingSession
 
 
 def update_context(session: TrainingSession, cfg: RecipeConfig, pad_id: int, ref_model: Any | None) -> UpdateContext:
     """The policy update's context for a session (its forward model and backend) and the recipe."""
+    rank, world = rank_and_world()  # one of several trainer workers: its share of each update
     return UpdateContext(session.forward_model, session.optimizer, session.scheduler, cfg.algorithm,
                          cfg.trainer.optim.grad_clip, cfg.trainer.micro_batch_tokens, pad_id, train_temperature(cfg),
                          ref_model, cfg.model.compute_dtype, cfg.rollout.sampling.max_new_tokens,
                          backend=session.backend, old_logprobs=cfg.trainer.old_logprobs,
-                         shared_prefix=cfg.trainer.shared_prefix)
+                         shared_prefix=cfg.trainer.shared_prefix, dp_rank=rank, dp_world=world)
 
 
 def train_temperature(cfg: RecipeConfig) -> float:

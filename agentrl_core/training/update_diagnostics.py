@@ -65,6 +65,18 @@ class Diagnostics:
         return out
 
 
+def merge(parts: list[Diagnostics]) -> Diagnostics:
+    """The sums of several Diagnostics (the ranks' of one data-parallel update): their means are the batch's."""
+    out = Diagnostics()
+    for d in parts:
+        out.tokens, out.entropy = out.tokens + d.tokens, out.entropy + d.entropy
+        out.clipped, out.logp_gap = out.clipped + d.clipped, out.logp_gap + d.logp_gap
+        for k, v in d.turn_entropy.items():
+            out.turn_entropy[k] = out.turn_entropy.get(k, 0.0) + v
+            out.turn_tokens[k] = out.turn_tokens.get(k, 0.0) + d.turn_tokens[k]
+    return out
+
+
 def _per_turn(turns: torch.Tensor, values: torch.Tensor) -> tuple[list[int], list[float], list[float]]:
     """(turn indices present, sum of values per turn, token count per turn) of 1-D turns and values."""
     if turns.numel() == 0:

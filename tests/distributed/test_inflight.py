@@ -14,7 +14,7 @@ from agentrl_core.distributed.inflight import InflightEngine
 from agentrl_core.distributed.weight_sync import StaleWeightsError
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout import Trajectory
+from agentrl_core.rollout import Generation, Trajectory
 from agentrl_core.rollout.episode import WEIGHT_VERSIONS
 from agentrl_core.rollout.native import NativeEngine
 
@@ -107,3 +107,45 @@ def test_sample_lags_and_the_step_metrics():
     # no stamps (an engine that takes no weights in flight): every token has the rollout's first version
     assert lag_metrics(trajs[2:], 3, 2) == {"lag/max": 1.0, "lag/mean": 1.0, "lag/last_mean": 1.0}
     assert lag_metrics([], 3, 2) == {}
+
+
+class _OwnWeightsEngine:
+    """An engine that keeps its own copy of the weights, as vLLM does (`update_weights(named tensors)`)."""
+
+    def __init__(self) -> None:
+        self.loaded: list[list[str]] = []
+        self.calls = 0
+
+    def update_weights(self, named) -> int:
+        names = [n for n, _ in named]
+        self.loaded.append(names)
+        return len(names)
+
+    def generate(self, prompts, sampling, seed):
+        self.calls += 1
+        return [Generation([7, 8], [-0.1, -0.2], "length") for _ in prompts]
+
+
+def test_an_engine_with_its_own_weights_gets_them_through_update_weights_between_turns():
+    engine = _OwnWeightsEngine()
+    inflight = InflightEngine(engine, model=None)
+    weights = {"a.weight": torch.zeros(2), "b.bias": torch.ones(1)}
+    inflight.load_now(0, weights)  # the synchronous sync: at once
+    assert engine.loaded == [["a.weight", "b.bias"]] and inflight.version == 0
+    inflight.offer(1, weights)  # in flight: parked until the next turn's generate
+    assert len(engine.loaded) == 1
+    (gen,) = inflight.generate([[1, 2]], SamplingConfig(), 0)
+    assert len(engine.loaded) == 2 and inflight.version == 1 and gen.weight_versions == (1, 1)
+
+
+def test_the_rollout_worker_builds_vllm_through_the_factory(monkeypatch, tmp_path):
+    from agentrl_core.distributed import rollout_worker
+    from agentrl_core.recipes import load_recipe
+
+    made = {}
+    monkeypatch.setattr(rollout_worker, "make_engine", lambda cfg, model, tok, **kw: made.update(kind=cfg.kind,
+                                                                                               model=model, **kw))
+    cfg = load_recipe("countdown_grpo", ["rollout.engine.kind=vllm", "distributed.backend=ray"])
+    engine, model = rollout_worker.worker_engine(cfg, str(tmp_path), tokenizer=None, device="cpu")
+    assert model is None and made["kind"] == "vllm" and made["model"] is None  # vLLM loads its own copy
+    assert made["model_path"] == str(tmp_path) and made["dtype"] == cfg.model.dtype

@@ -54,7 +54,7 @@ def test_check_fits_names_the_missing_resource() -> None:
     with pytest.raises(ConfigError, match=r"2 rollout \+ 1 training GPUs but the cluster has 2"):
         check_fits(gpu_plan, {"CPU": 64.0, "GPU": 2.0})
     cpu_plan = plan_placement(DistributedConfig(rollout_workers=3, cpus_per_rollout_worker=2))
-    with pytest.raises(ConfigError, match=r"asked for 7 CPUs \(3 rollout workers x 2 \+ 1 for the trainer\)"):
+    with pytest.raises(ConfigError, match=r"asked for 7 CPUs \(3 rollout workers x 2 \+ 1 trainer workers x 1\)"):
         check_fits(cpu_plan, {"CPU": 6.0})
     check_fits(cpu_plan, {"CPU": 7.0})
 
@@ -99,13 +99,28 @@ def test_config_rejects_unknown_distributed_keys_and_bad_values() -> None:
         DistributedConfig(rollout_workers=0)
 
 
-@pytest.mark.parametrize("setting", [{"model": {"lora": {"enabled": True}}}, {"algorithm": {"dynamic_sampling": True}},
-                                     {"trainer": {"backend": "deepspeed"}}, {"rollout": {"engine": {"kind": "vllm"}}}])
-def test_settings_the_ray_backend_cannot_run_are_refused_when_the_recipe_is_built(setting):
+def test_only_what_cannot_run_on_ray_is_refused_when_the_recipe_is_built():
     from agentrl_core.config import RecipeConfig
 
-    with pytest.raises((ConfigError, ValueError), match="not supported with distributed.backend=ray"):
-        RecipeConfig(distributed={"backend": "ray"}, **setting)
+    with pytest.raises((ConfigError, ValueError), match="openai samples from a fixed served model"):
+        RecipeConfig(distributed={"backend": "ray"}, rollout={"engine": {"kind": "openai"}})
+    for setting in ({"model": {"lora": {"enabled": True}}}, {"algorithm": {"dynamic_sampling": True}},
+                    {"rollout": {"engine": {"kind": "vllm"}}},
+                    {"trainer": {"backend": "deepspeed"}}, {"experience": {"enabled": True}},
+                    {"algorithm": {"r3l_retry": True, "advantage": "r3l", "policy_loss": "opmd"}}):
+        RecipeConfig(distributed={"backend": "ray"}, **setting)  # each runs on the Ray executor
+
+
+def test_several_trainer_workers_need_ray_and_deepspeed():
+    from agentrl_core.config import RecipeConfig
+
+    with pytest.raises((ConfigError, ValueError), match="set distributed.backend=ray"):
+        RecipeConfig(distributed={"trainer_workers": 2}, trainer={"backend": "deepspeed"})
+    with pytest.raises((ConfigError, ValueError), match="set trainer.backend=deepspeed"):
+        RecipeConfig(distributed={"backend": "ray", "trainer_workers": 2})
+    cfg = RecipeConfig(distributed={"backend": "ray", "trainer_workers": 2}, trainer={"backend": "deepspeed"})
+    plan = plan_placement(cfg.distributed)
+    assert plan.trainers == (Bundle(1.0, 0.0),) * 2 and plan.trainer_strategy == "PACK" and plan.cpus == 3.0
 
 
 def test_the_async_loop_is_refused_without_ray_or_without_its_off_policy_correction():

@@ -21,8 +21,7 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 from agentrl_core.checkpoints.layout import step_dir
-from agentrl_core.config import DistributedConfig, SamplingConfig
-from agentrl_core.distributed.cluster import ray_runtime
+from agentrl_core.config import SamplingConfig
 from agentrl_core.grpo.rollout import round_specs
 from agentrl_core.distributed.rollout_pool import RolloutPool
 from agentrl_core.distributed.rollout_worker import RolloutWorker
@@ -49,12 +48,8 @@ def env_server_url():
 
 
 @pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    """The driver's own runtime: a local Ray on 127.0.0.1 sized to 4 CPUs with a 200 MiB store (a driver
-    run inside finds it initialised and reuses it); shut down after the module."""
-    with ray_runtime(DistributedConfig(backend="ray", object_store_mb=200), cpus_needed=4):
-        yield
-    assert not ray.is_initialized()
+def _on_the_local_ray(local_ray):
+    """Every test here runs on the package's local Ray (tests/distributed/conftest.py)."""
 
 
 def test_the_local_ray_listens_on_loopback_only() -> None:

@@ -204,3 +204,24 @@ def test_export_merges_the_adapter_into_a_plain_model_with_equal_logits(tmp_path
     # the exported folder chains into the next stage as an ordinary init model
     grpo = _open(tmp_path, out, name="grpo")
     assert grpo.adapter is not None and grpo.init_model == str(out)
+
+
+def test_merged_state_dict_is_the_merged_model_and_leaves_the_adapters_alone(tiny_model_path):
+    from agentrl_core.models.lora import merged_state_dict, wrap_lora
+
+    model = load_model(tiny_model_path)
+    wrapped = wrap_lora(model, LoraConfig(enabled=True, r=4))
+    torch.manual_seed(1)
+    for name, p in wrapped.named_parameters():  # non-zero adapters (B starts at 0): a merge that does something
+        if "lora_B" in name:
+            p.data.normal_(0, 0.5)
+    before = {k: v.clone() for k, v in wrapped.state_dict().items()}
+    merged = merged_state_dict(wrapped)
+    assert {k: v for k, v in wrapped.state_dict().items()}.keys() == before.keys()
+    assert all(torch.equal(wrapped.state_dict()[k], before[k]) for k in before)  # computed aside, nothing merged in
+    reference = copy.deepcopy(wrapped).merge_and_unload().state_dict()
+    assert merged.keys() == reference.keys()
+    for key in reference:
+        torch.testing.assert_close(merged[key], reference[key], rtol=1e-6, atol=1e-6)
+    plain = load_model(tiny_model_path).state_dict()
+    assert any(not torch.equal(merged[k], plain[k]) for k in plain)  # and the adapters are in it

@@ -82,6 +82,9 @@ class DeepSpeedBackend:
     Under ZeRO-2 the bare model's forward is fine (its hooks sit on the parameters).
     """
 
+    averages_ranks = True
+    """ZeRO's reduction divides the ranks' summed gradients by their number (training.data_parallel)."""
+
     def __init__(self, model: Any, ds: DeepSpeedConfig, optim: OptimConfig, total_steps: int, *,
                  gradient_checkpointing: bool = False, tokenizer: Any = None, micro_batch_size: int = 1) -> None:
         deepspeed = import_deepspeed(ds)
