@@ -1,4 +1,5 @@
-"""`agentrl`: import a model, list and serve environments, run a recipe, evaluate a model."""
+"""`agentrl`: import a model, list and serve environments, run every flow (train, sft, curriculum, batch-eval,
+nightly-eval), evaluate a model."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from rich.table import Table
 from agentrl_core.errors import AgentRLError
 
 console = Console(stderr=True)
+FLOW_COMMANDS = ("run", "sft", "curriculum", "batch-eval", "nightly-eval")
+"""The commands that run a Prefect flow (on Prefect's temporary local server unless PREFECT_API_URL is set)."""
 
 
 def cmd_import_model(args: argparse.Namespace) -> int:
@@ -103,42 +106,140 @@ def _print_evals(evals: dict[str, dict]) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agentrl.prefect_env import configure_local_prefect
-    from agentrl_core.system import child_processes, stop_signals
+    """The train flow (SFT warm start, GRPO, evaluation) on a recipe."""
+    return _recipe_flow(args, "train")
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    """The SFT flow (fine-tuning, export, evaluation of base and SFT) on a recipe."""
+    return _recipe_flow(args, "sft")
+
+
+def _recipe_flow(args: argparse.Namespace, kind: str) -> int:
     from agentrl_core.config_checks import check_rl_stage
+    from agentrl_core.models import resolve_model
     from agentrl_core.recipes import load_recipe
 
-    from agentrl_core.models import resolve_model
-
-    stop_signals.install(on_second=child_processes.kill_tracked)  # Ctrl-C/SIGTERM: stop and record; a second: exit now
+    _stop_on_signals()
     recipe = load_recipe(args.recipe, args.overrides)  # fail on a bad recipe before Prefect starts
     _move_inline_secrets(recipe)  # a typed password must never reach Prefect's database
-    check_rl_stage(recipe)  # the train pipeline has a GRPO stage
+    if kind == "train":
+        check_rl_stage(recipe)  # the train pipeline has a GRPO stage
     resolve_model(recipe.model.name)  # and on a missing model (an alias is imported once, here)
-    configure_local_prefect()
-    from flows.train import train
+    flow = _flow(kind)
+    console.print(f"[bold]{kind}[/bold] {recipe.run.name} → {recipe.run_dir} (env {recipe.env.name}, model "
+                  f"{recipe.model.name})")
+    result = _call_flow(args, lambda: flow(recipe=recipe), recipe.run_dir, ("sft", "grpo"))
+    if isinstance(result, int):
+        return result
+    _print_evals(result["evals"])
+    console.print(f"report: {result['report']['markdown']}")
+    return 0
 
+
+def cmd_curriculum(args: argparse.Namespace) -> int:
+    """The staged curriculum flow: each stage from the previous one's export, then evaluation."""
+    from agentrl_core.curriculum import load_curriculum, stage_recipe
+    from agentrl_core.models import resolve_model
+
+    _stop_on_signals()
+    cur = load_curriculum(args.curriculum)  # a bad curriculum or override fails here, before Prefect starts
+    recipes = [stage_recipe(cur, i, args.overrides) for i in range(len(cur.stages))]
+    resolve_model(recipes[0].model.name)
+    flow = _flow("curriculum")
+    last = recipes[-1]
+    console.print(f"[bold]curriculum[/bold] {args.curriculum}: {' → '.join(s.name for s in cur.stages)} → "
+                  f"{last.run_dir}")
+    result = _call_flow(args, lambda: flow(curriculum_file=args.curriculum, overrides=args.overrides),
+                        last.run_dir, tuple(s.name for s in cur.stages))
+    if isinstance(result, int):
+        return result
+    for stage in result["stages"]:
+        console.print(f"  {stage['name']}: {'cached, skipped' if stage['cached'] else 'trained'} → {stage['export']}")
+    if result["evals"]:
+        _print_evals(result["evals"])
+    console.print(f"report: {result['report']['markdown']}")
+    return 0
+
+
+def cmd_batch_eval(args: argparse.Namespace) -> int:
+    """The batch evaluation flow: checkpoints × envs × seeds; what the registry holds is skipped."""
+    from agentrl_core.config import EngineConfig, SamplingConfig
+    from agentrl_core.evaluation.batch import EvalGrid
+
+    _stop_on_signals()
+    grid = EvalGrid(checkpoints=args.checkpoints, envs=args.envs, seeds=args.seeds, k=args.k, n_tasks=args.tasks,
+                    max_turns=args.max_turns, engine=EngineConfig(kind=args.engine),
+                    sampling=SamplingConfig(temperature=args.temperature))
+    flow = _flow("batch-eval")
+    result = _call_flow(args, lambda: flow(grid, registry_url=args.registry_url, root=args.root,
+                                           report_dir=args.report_dir), None, ())
+    return result if isinstance(result, int) else _print_leaderboard(result, args.report_dir)
+
+
+def cmd_nightly_eval(args: argparse.Namespace) -> int:
+    """The nightly evaluation flow, now: every exported checkpoint in the registry not evaluated yet."""
+    _stop_on_signals()
+    flow = _flow("nightly-eval")
+    result = _call_flow(args, lambda: flow(envs=args.envs, seeds=args.seeds, k=args.k, n_tasks=args.tasks,
+                                           max_turns=args.max_turns, engine=args.engine,
+                                           registry_url=args.registry_url, root=args.root,
+                                           report_dir=args.report_dir), None, ())
+    return result if isinstance(result, int) else _print_leaderboard(result, args.report_dir)
+
+
+def _print_leaderboard(result: dict, report_dir: str) -> int:
+    console.print(f"evaluated {len(result['evaluated'])} new (checkpoint, env, seed) cells; leaderboard: "
+                  f"{Path(report_dir) / 'leaderboard.md'} ({len(result['leaderboard'].get('rows', []))} rows)")
+    return 0
+
+
+def _stop_on_signals() -> None:
+    from agentrl_core.system import child_processes, stop_signals
+
+    stop_signals.install(on_second=child_processes.kill_tracked)  # Ctrl-C/SIGTERM: stop and record; a second: exit now
+
+
+def _flow(kind: str):  # type: ignore[no-untyped-def]
+    """The flow behind command `kind`, imported after Prefect's local settings are in place."""
+    from agentrl.prefect_env import configure_local_prefect
+
+    configure_local_prefect()
+    if kind == "train":
+        from flows.train import train as flow
+    elif kind == "sft":
+        from flows.sft import sft as flow
+    elif kind == "curriculum":
+        from flows.curriculum import curriculum as flow
+    elif kind == "batch-eval":
+        from flows.evaluate import batch_eval as flow
+    else:
+        from flows.evaluate import nightly_eval as flow
+    return flow
+
+
+def _call_flow(args: argparse.Namespace, call, run_dir: Path | None, stages: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    """`call()` (a flow) under the local Prefect API with progress bars; on a signal, what was kept and how to
+    resume, as the exit code 128 + signal (an int) instead of the flow's result."""
     from agentrl.prefect_server import local_prefect_api
     from agentrl.progress_bars import RichBars
     from agentrl_core.system import progress
 
     start, flow_started = time.time(), False
-    console.print(f"[bold]run[/bold] {recipe.run.name} → {recipe.run_dir} (env {recipe.env.name}, model {recipe.model.name})")
     try:
         with local_prefect_api(), RichBars(console) as bars:
             progress.set_reporter(bars)
             try:
                 flow_started = True
-                result = train(recipe=recipe)
+                result = call()
             finally:
                 progress.set_reporter(None)
     except BaseException as exc:
         if (signum := _interrupt_signal(exc)) is None:
             raise
-        return _interrupted(args, recipe.run_dir, signum, flow_started)
-    _print_evals(result["evals"])
-    console.print(f"report: {result['report']['markdown']}  ({time.time() - start:.0f} s)")
-    return 0
+        return _interrupted(args, run_dir, stages, signum, flow_started)
+    console.print(f"done in {time.time() - start:.0f} s")
+    return result
 
 
 def _move_inline_secrets(recipe) -> None:  # type: ignore[no-untyped-def]
@@ -168,7 +269,8 @@ def _interrupt_signal(exc: BaseException) -> int | None:
     return requested()
 
 
-def _interrupted(args: argparse.Namespace, run_dir: Path, signum: int, flow_started: bool) -> int:
+def _interrupted(args: argparse.Namespace, run_dir: Path | None, stages: tuple[str, ...], signum: int,
+                 flow_started: bool) -> int:
     """Say what was kept and how to resume; the exit code is 128 + the signal."""
     import shlex
     import signal
@@ -176,12 +278,13 @@ def _interrupted(args: argparse.Namespace, run_dir: Path, signum: int, flow_star
     from agentrl_core.checkpoints.layout import latest_checkpoint
     from agentrl_core.system.stop_signals import abandoned_alive
 
-    kept = [f"{stage} {path.name} ({path})" for stage in ("sft", "grpo")
-            if (path := latest_checkpoint(run_dir / stage / "checkpoints")) is not None]
-    again = shlex.join(["agentrl", "run", args.recipe, *args.overrides])
-    state = "; the flow run is recorded Crashed in Prefect" if flow_started else ""
-    console.print(f"[yellow]stopped by {signal.Signals(signum).name}[/yellow]{state}. Last complete checkpoints: "
-                  f"{', '.join(kept) or 'none yet'}.\n"
+    kept = [] if run_dir is None else [
+        f"{stage} {path.name} ({path})" for stage in stages
+        if (path := latest_checkpoint(run_dir / stage / "checkpoints")) is not None]
+    again = shlex.join(["agentrl", *args.argv])
+    state = "; the flow run is recorded Crashed in Prefect and the run interrupted in the registry" if flow_started else ""
+    said = f"Last complete checkpoints: {', '.join(kept) or 'none yet'}.\n" if run_dir is not None else ""
+    console.print(f"[yellow]stopped by {signal.Signals(signum).name}[/yellow]{state}. {said}"
                   f"Run the same command again to resume: {again}", soft_wrap=True)
     code = 128 + signum
     if abandoned_alive():  # a worker still inside one long op: do not wait for it in interpreter shutdown
@@ -238,6 +341,20 @@ def _add_server_flags(s: argparse.ArgumentParser, body_default: str) -> None:
                    help=f"largest request body in MiB, larger ones get HTTP 413 (default: {body_default})")
 
 
+def _add_eval_grid_flags(s: argparse.ArgumentParser, tasks: int = 24, temperature: float | None = 1.0) -> None:
+    s.add_argument("--seeds", nargs="+", type=int, default=[0])
+    s.add_argument("--k", type=int, default=1, help="samples per task (pass@k)")
+    s.add_argument("--tasks", type=int, default=tasks, help="the first N tasks of the test split")
+    s.add_argument("--max-turns", type=int, default=8)
+    s.add_argument("--engine", default="auto", choices=["auto", "native", "hf", "vllm", "openai"])
+    if temperature is not None:
+        s.add_argument("--temperature", type=float, default=temperature)
+    s.add_argument("--registry-url", default=None,
+                   help="the run registry (SQLAlchemy URL; give a password as env:VAR); default: <root>/registry.db")
+    s.add_argument("--root", default="runs", help="the runs folder (the registry's default home)")
+    s.add_argument("--report-dir", default="runs/leaderboard", help="where the leaderboard and plots go")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrl", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -290,6 +407,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.steps=8 trainer.optim.lr=1e-6")
     s.set_defaults(fn=cmd_run)
 
+    s = sub.add_parser("sft", help="run the SFT flow on a recipe: fine-tune (sft.dataset or expert demos), export, "
+                                   "evaluate base and SFT")
+    s.add_argument("recipe", help="a recipe YAML path or a name in recipes/ (e.g. household_grpo)")
+    s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sft.epochs=2")
+    s.set_defaults(fn=cmd_sft)
+
+    s = sub.add_parser("curriculum", help="run a staged curriculum flow (each stage from the last one's export); "
+                                          "a re-run skips completed stages and resumes the failed one")
+    s.add_argument("curriculum", nargs="?", default="bfcl", help="a name in recipes/curricula/ or a YAML path")
+    s.add_argument("overrides", nargs="*", help="dotted overrides applied to every stage, after the stage's own")
+    s.set_defaults(fn=cmd_curriculum)
+
+    s = sub.add_parser("batch-eval", help="run the batch evaluation flow: checkpoints x envs x seeds (what the registry "
+                                          "holds is skipped), then the leaderboard")
+    s.add_argument("--checkpoints", nargs="+", required=True, help="HF model folders (exports) to evaluate")
+    s.add_argument("--envs", nargs="+", default=["household"])
+    _add_eval_grid_flags(s)
+    s.set_defaults(fn=cmd_batch_eval)
+
+    s = sub.add_parser("nightly-eval", help="run the nightly evaluation flow now: every exported checkpoint in the "
+                                            "registry not evaluated yet")
+    s.add_argument("--envs", nargs="+", default=["household"])
+    _add_eval_grid_flags(s, tasks=16, temperature=None)
+    s.set_defaults(fn=cmd_nightly_eval)
+
     s = sub.add_parser("eval", help="evaluate a model (alias, folder or checkpoint export) on held-out tasks")
     s.add_argument("--model", default="smollm2-135m-instruct")
     s.add_argument("--env", default="household")
@@ -317,12 +459,13 @@ def _quiet_logs(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("run", "eval") and argv is None:
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command again, to resume after a signal
+    if args.command in FLOW_COMMANDS + ("eval",) and argv is None:
         from agentrl.allocator import reexec_with_tuned_malloc
 
         reexec_with_tuned_malloc(sys.argv[1:])  # returns in the re-executed process, its children untuned
     _quiet_logs(args.verbose)
-    if args.command in ("run", "eval"):
+    if args.command in FLOW_COMMANDS + ("eval",):
         from agentrl_core.system.malloc_tuning import describe
 
         logging.getLogger("agentrl.allocator").info(describe())

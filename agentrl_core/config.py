@@ -107,10 +107,11 @@ class EnvConfig(Section):
 
 
 class EngineConfig(Section):
-    kind: Literal["auto", "native", "hf", "vllm", "openai"] = "auto"
+    kind: SafeName = "auto"
     """Rollout engine: native (agentrl's own: each episode keeps its KV cache across turns, continuous
     batching, packed forwards; Llama-family models), hf (transformers `generate`, whole history every
-    turn), vllm (GPU extra), or openai (any OpenAI-compatible server at `url`, token-in/token-out).
+    turn), vllm (GPU extra), openai (any OpenAI-compatible server at `url`, token-in/token-out), or one a
+    plugin package registers (agentrl_core/plugins.py; checked when the recipe is built).
     auto = native where it supports the model (and the trainer is not DeepSpeed), else hf."""
     kv_cache_mb: int | None = Field(None, ge=1)
     """native: memory for kept KV caches; when full, idle episodes' caches are evicted (and prefilled

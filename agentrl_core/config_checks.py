@@ -50,6 +50,9 @@ def check_registered_names(cfg: Recipe) -> None:
     _check_in("algorithm.policy_loss", cfg.algorithm.policy_loss, list(algorithms.POLICY_LOSSES))
     _check_in("algorithm.loss_agg_mode", cfg.algorithm.loss_agg_mode, list(algorithms.AGGREGATIONS))
     _check_in("algorithm.kl_estimator", cfg.algorithm.kl_estimator, list(algorithms.KL_ESTIMATORS))
+    from agentrl_core.engine_registry import engine_kinds
+
+    _check_in("rollout.engine.kind", cfg.rollout.engine.kind, engine_kinds())  # plugins loaded by the imports above
 
 
 def check_combinations(cfg: Recipe) -> None:

@@ -3,7 +3,9 @@
 Each arm runs the same GRPO stage (`--recipe`, default household_grpo, the embedded 135M model, `--steps`
 steps, same seed) on a local Ray with one rollout worker and DeepSpeed ZeRO-`--zero-stage` over N trainer
 actors (gloo on the CPU; one CPU each), for each N of `--ranks` (default 1 2). Training is in float32: ZeRO's
-bf16 path is for GPUs. Prints per arm: the stage's wall minutes, the medians of the step's, the rollout's
+bf16 path is for GPUs. Every arm trains micro-batches of `--micro-batch-tokens` (what ZeRO does not shard:
+each rank's activations; with DeepSpeed no memory plan sizes them), with an entropy bonus (0.01) so that every
+step updates the weights even where the untrained model's groups carry no reward spread. Prints per arm: the stage's wall minutes, the medians of the step's, the rollout's
 and the update's seconds (steps 2..n: step 1 holds DeepSpeed's start), and each trainer actor's peak
 resident memory (`memory/trainer_peak_rss_gib/rank_k`), with the first arm as the baseline.
 
@@ -12,7 +14,7 @@ shards: parameters, gradients and the optimizer's state each 1/N per rank, plus 
 while it runs a layer), not speed, which needs one machine (or GPU) per rank.
 
     .venv/bin/python bench/bench_trainer_ranks.py [--ranks 1 2] [--steps 3] [--zero-stage 3]
-        [--root runs/bench-trainer-ranks] [KEY=VALUE ...]
+        [--micro-batch-tokens 1024] [--root runs/bench-trainer-ranks] [KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="trainer actors of each arm")
     p.add_argument("--steps", type=int, default=3, help="GRPO steps of each arm (at least 2)")
     p.add_argument("--zero-stage", type=int, choices=(2, 3), default=3)
+    p.add_argument("--micro-batch-tokens", type=int, default=1024,
+                   help="trainer.micro_batch_tokens of every arm (the same activations per rank: what ZeRO does not shard)")
     p.add_argument("--root", default="runs/bench-trainer-ranks")
     p.add_argument("overrides", nargs="*", help="recipe overrides, KEY=VALUE")
     args = p.parse_args()
@@ -55,10 +59,11 @@ def parse() -> argparse.Namespace:
 
 def arm_recipe(args: argparse.Namespace, ranks: int, root: Path):
     return load_recipe(args.recipe, [
-        f"run.root={root}", f"run.name=ranks-{ranks}", f"trainer.steps={args.steps}", "trainer.save_every=0",
+        f"run.root={root}", f"run.name=ranks-{ranks}", f"trainer.steps={args.steps}", f"trainer.save_every={args.steps}",
         "model.compute_dtype=float32", "distributed.backend=ray", "distributed.rollout_workers=1",
         f"distributed.trainer_workers={ranks}", "trainer.backend=deepspeed", "trainer.deepspeed.allow_cpu=true",
-        "trainer.deepspeed.bf16=false", f"trainer.deepspeed.zero_stage={args.zero_stage}", *args.overrides])
+        "trainer.deepspeed.bf16=false", f"trainer.deepspeed.zero_stage={args.zero_stage}",
+        f"trainer.micro_batch_tokens={args.micro_batch_tokens}", "algorithm.entropy_coef=0.01", *args.overrides])
 
 
 def run_arm(args: argparse.Namespace, ranks: int, url: str) -> dict[str, float]:
@@ -75,16 +80,18 @@ def run_arm(args: argparse.Namespace, ranks: int, url: str) -> dict[str, float]:
     figures = {"wall_min": minutes} | {
         name: statistics.median(m[key] for m in later if key in m) for name, key in MEDIANS.items()
         if any(key in m for m in later)}
-    for rank in range(ranks):
-        figures[f"peak_gib_rank_{rank}"] = max(m.get(f"memory/trainer_peak_rss_gib/rank_{rank}", 0.0) for m in steps)
+    for rank in range(ranks):  # one trainer logs its peak as memory/peak_rss_gib only
+        key = f"memory/trainer_peak_rss_gib/rank_{rank}" if ranks > 1 else "memory/peak_rss_gib"
+        figures[f"peak_gib_rank_{rank}"] = max(m.get(key, 0.0) for m in steps)
     figures["peak_gib_per_actor_max"] = max(figures[f"peak_gib_rank_{r}"] for r in range(ranks))
+    figures["peak_gib_all_actors"] = sum(figures[f"peak_gib_rank_{r}"] for r in range(ranks))
     figures["loss_step_1"] = steps[0].get("loss", float("nan"))
     return figures
 
 
 def main() -> None:
     args = parse()
-    print(f"CPU: {describe_cpu()}")
+    print(describe_cpu())
     cfg = arm_recipe(args, args.ranks[0], Path(args.root))
     results: dict[int, dict[str, float]] = {}
     with launch_server([cfg.env.name], startup_timeout=180) as server:

@@ -9,7 +9,8 @@ from agentrl_core.curriculum import (CurriculumConfig, export_dir, export_is_com
 from agentrl_core.errors import ConfigError
 from tasks.curriculum import curriculum_stage
 from tasks.env_server import env_server
-from tasks.records import record_eval, record_export, record_stage, run_record
+from tasks.lifecycle import recipe_lifecycle
+from tasks.records import record_eval, record_export, record_stage
 from tasks.report import report
 from tasks.secrets import prepare_secrets
 from tasks.training_stages import compute_settings, evaluate, import_model
@@ -34,7 +35,11 @@ def curriculum(curriculum: CurriculumConfig | None = None, curriculum_file: str 
     recipes = [stage_recipe(cur, i, overrides or []) for i in range(len(cur.stages))]
     for recipe in recipes:  # no password in stored parameters; load the Prefect Secret blocks named
         prepare_secrets(recipe, overrides or [], recipe_was_sent=curriculum is not None)
-    run_id = run_record(recipes[-1], "curriculum")
+    with recipe_lifecycle(recipes[-1], "curriculum") as run_id:  # ends completed, failed or interrupted
+        return _stages(cur, recipes, run_id)
+
+
+def _stages(cur: CurriculumConfig, recipes: list, run_id: int) -> dict:
     init = base = import_model(recipes[0].model.name)
     recipes = [compute_settings(r, base) for r in recipes]  # auto -> this machine's values (measured once, cached)
     stages, exports = [], {}

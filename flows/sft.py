@@ -6,9 +6,9 @@ from prefect import flow
 
 from agentrl_core.config import RecipeConfig
 from agentrl_core.recipes import resolve_recipe
-from agentrl_core.system.stop_signals import handling_signals
 from tasks.env_server import env_server
-from tasks.records import finish_run, mark_failed, record_eval, record_export, record_stage, run_record
+from tasks.lifecycle import recipe_lifecycle
+from tasks.records import record_eval, record_export, record_stage
 from tasks.report import report
 from tasks.secrets import prepare_secrets
 from tasks.training_stages import (
@@ -28,24 +28,23 @@ def sft(recipe: RecipeConfig | None = None, recipe_file: str | None = None, over
     sent = recipe is not None
     recipe = resolve_recipe(recipe, recipe_file, overrides or [])
     prepare_secrets(recipe, overrides or [], recipe_was_sent=sent)  # no password in stored parameters; load blocks
-    run_id = run_record(recipe, "sft")
+    with recipe_lifecycle(recipe, "sft") as run_id:  # ends completed, failed or interrupted; signals handled
+        return _pipeline(recipe, run_id)
+
+
+def _pipeline(recipe: RecipeConfig, run_id: int) -> dict:
     base = import_model(recipe.model.name)
     recipe = compute_settings(recipe, base)  # model.compute_dtype/cpu_threads auto -> this machine's values
-    try:
-        with handling_signals(), env_server(recipe.env) as url:
-            load_tasks(recipe, url)
-            outcome = sft_stage(recipe, base, url)
-            record_stage(recipe, run_id, "sft", 0, outcome, recipe.run_dir / "sft")
-            export = export_checkpoint(outcome["checkpoint"], str(recipe.run_dir / "export" / "sft"))
-            uri = record_export(recipe, run_id, "sft", export)
-            evals = {}
-            if recipe.eval.enabled:
-                for label, model in {"base": base, "sft": export}.items():
-                    evals[label] = evaluate(recipe, label, model, url)
-                    record_eval(recipe, run_id, label, uri if label == "sft" else model, evals[label])
-    except BaseException:
-        mark_failed(recipe, run_id)  # never raises: the run's own error is the one to show
-        raise
+    with env_server(recipe.env) as url:
+        load_tasks(recipe, url)
+        outcome = sft_stage(recipe, base, url)
+        record_stage(recipe, run_id, "sft", 0, outcome, recipe.run_dir / "sft")
+        export = export_checkpoint(outcome["checkpoint"], str(recipe.run_dir / "export" / "sft"))
+        uri = record_export(recipe, run_id, "sft", export)
+        evals = {}
+        if recipe.eval.enabled:
+            for label, model in {"base": base, "sft": export}.items():
+                evals[label] = evaluate(recipe, label, model, url)
+                record_eval(recipe, run_id, label, uri if label == "sft" else model, evals[label])
     summary = report(str(recipe.run_dir), evals, {"sft": str(recipe.run_dir / "sft")}, {"sft": export})
-    finish_run(recipe, run_id, "completed")
     return {"run_dir": str(recipe.run_dir), "export": export, "checkpoint": uri, "evals": evals, "report": summary}

@@ -7,11 +7,11 @@ from prefect import flow, get_run_logger
 from agentrl_core.config import RecipeConfig
 from agentrl_core.config_checks import check_rl_stage
 from agentrl_core.recipes import resolve_recipe
-from agentrl_core.system.stop_signals import handling_signals
 from agentrl_core.evaluation.validation import best_checkpoint
 from tasks.env_server import env_server
 from tasks.experience import experience_pool
-from tasks.records import finish_run, mark_failed, record_eval, record_export, record_stage, run_record
+from tasks.lifecycle import recipe_lifecycle
+from tasks.records import record_eval, record_export, record_stage
 from tasks.report import report
 from tasks.secrets import prepare_secrets
 from tasks.training_stages import (
@@ -38,15 +38,8 @@ def train(recipe: RecipeConfig | None = None, recipe_file: str | None = None, ov
     recipe = resolve_recipe(recipe, recipe_file, overrides or [])
     prepare_secrets(recipe, overrides or [], recipe_was_sent=sent)  # no password in stored parameters; load blocks
     check_rl_stage(recipe)  # refuse trainer.steps=0 before any work
-    run_id = run_record(recipe, "train")
-    try:
-        with handling_signals():  # Ctrl-C/SIGTERM: stop within seconds, recorded Crashed; a second exits at once
-            result = _pipeline(recipe, run_id)
-    except BaseException:
-        mark_failed(recipe, run_id)  # never raises: the run's own error is the one to show
-        raise
-    finish_run(recipe, run_id, "completed")
-    return result
+    with recipe_lifecycle(recipe, "train") as run_id:  # ends completed, failed or interrupted; signals handled
+        return _pipeline(recipe, run_id)
 
 
 def _pipeline(recipe: RecipeConfig, run_id: int) -> dict:

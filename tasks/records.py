@@ -1,13 +1,14 @@
-"""Tasks that keep the run registry (SQL) and object storage up to date as a flow runs."""
+"""Tasks that keep the run registry (SQL) and object storage up to date as a flow runs (the run's own record,
+from start to end: tasks/lifecycle.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import get_run_logger, runtime, task
+from prefect import get_run_logger, task
 
-from agentrl_core.config import RecipeConfig, dump
-from agentrl_core.store import open_registry
+from agentrl_core.config import RecipeConfig
+from tasks.lifecycle import run_registry
 from tasks.retry import retry_unless_disk_full
 
 QUICK = {"retries": 2, "retry_delay_seconds": 2, "retry_condition_fn": retry_unless_disk_full}
@@ -31,37 +32,8 @@ def aws_block_credentials(recipe: RecipeConfig) -> dict[str, str | None]:
 
 
 def _registry(recipe: RecipeConfig):
-    return open_registry(recipe.store.registry_url, Path(recipe.run.root))
-
-
-@task(name="registry-run", **QUICK)
-def run_record(recipe: RecipeConfig, kind: str) -> int:
-    """Register (or re-open) the run under its name; returns its id."""
-    reg = _registry(recipe)
-    try:
-        return reg.ensure_run(recipe.run.name, recipe={"kind": kind, **dump(recipe)},
-                              flow_run_id=str(runtime.flow_run.id) if runtime.flow_run.id else None)
-    finally:
-        reg.close()
-
-
-@task(name="registry-run-status", **QUICK)
-def finish_run(recipe: RecipeConfig, run_id: int, status: str) -> None:
-    """Mark the run completed or failed."""
-    reg = _registry(recipe)
-    try:
-        reg.set_run_status(run_id, status)
-    finally:
-        reg.close()
-
-
-def mark_failed(recipe: RecipeConfig, run_id: int) -> None:
-    """Record the run failed, from a flow's `except`: a failure here (e.g. the registry on the same full
-    disk) is logged, never raised over the error that stopped the run."""
-    try:
-        finish_run(recipe, run_id, "failed")
-    except Exception as err:  # noqa: BLE001 - the run's own error is already propagating
-        get_run_logger().warning("could not record run %s as failed in the registry: %s", recipe.run.name, err)
+    """The run's registry (held by its lifecycle for the whole run: tasks/lifecycle.py)."""
+    return run_registry(recipe.store.registry_url, recipe.run.root)
 
 
 @task(name="registry-stage", **QUICK)
@@ -69,15 +41,12 @@ def record_stage(recipe: RecipeConfig, run_id: int, name: str, index: int, outco
     """Record a finished stage, its last checkpoint and its per-step metrics."""
     from agentrl_core.store.metrics_import import import_stage_metrics
 
-    reg = _registry(recipe)
-    try:
+    with _registry(recipe) as reg:
         stage_id = reg.ensure_stage(run_id, name, index)
         reg.add_checkpoint(run_id, stage=name, step=int(outcome.get("steps", 0)), uri=str(outcome["checkpoint"]),
                            kind="train")
         import_stage_metrics(reg, run_id, name, Path(stage_dir))
         reg.set_stage_status(stage_id, "completed", checkpoint_uri=str(outcome["checkpoint"]))
-    finally:
-        reg.close()
 
 
 @task(name="publish-export", **QUICK)
@@ -97,11 +66,8 @@ def record_export(recipe: RecipeConfig, run_id: int, stage: str, export: str) ->
         uri = storage.put_dir(Path(export), f"{recipe.run.name}/export/{stage}")
         get_run_logger().info("uploaded %s export to %s", stage, uri)
     step = int(json.loads((Path(export) / MARKER).read_text()).get("step", 0))
-    reg = _registry(recipe)
-    try:
+    with _registry(recipe) as reg:
         reg.add_checkpoint(run_id, stage=stage, step=step, uri=uri, kind="hf", meta={"local": str(export)})
-    finally:
-        reg.close()
     return uri
 
 
@@ -118,13 +84,10 @@ def record_eval(recipe: RecipeConfig, run_id: int, label: str, checkpoint_uri: s
     """Store one evaluation summary (the flow's held-out evaluation) against its checkpoint."""
     from agentrl_core.store import EvalRecord
 
-    reg = _registry(recipe)
-    try:
+    with _registry(recipe) as reg:
         reg.add_eval(EvalRecord(checkpoint_uri=str(checkpoint_uri), env=recipe.env.name, split="test",
                                 seed=recipe.eval.seed, k=recipe.eval.k, engine=recipe.rollout.engine.kind,
                                 n_tasks=int(summary["n_tasks"]), success_rate=float(summary["success_rate"]),
                                 pass_at_k=_pass_at(summary.get("pass_at_k"), recipe.eval.k),
                                 reward_mean=summary.get("mean_reward"),
                                 metrics={"label": label, **summary}, run=recipe.run.name, step=None))
-    finally:
-        reg.close()

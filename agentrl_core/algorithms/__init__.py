@@ -142,3 +142,7 @@ __all__ = [
     "tis_weights",
     "vanilla_pg_loss",
 ]
+
+from agentrl_core.plugins import load_plugins  # noqa: E402
+
+load_plugins()  # users' own envs, estimators, losses and engines (agentrl_core/plugins.py), once per process

@@ -24,3 +24,7 @@ from agentrl_core.envs import textcraft as _textcraft  # noqa: F401,E402  (regis
 from agentrl_core.envs import webshop as _webshop  # noqa: F401,E402  (registers "webshop")
 
 __all__ = ["Env", "StepResult", "check_env", "env_class", "make", "names", "register"]
+
+from agentrl_core.plugins import load_plugins  # noqa: E402
+
+load_plugins()  # users' own envs, estimators, losses and engines (agentrl_core/plugins.py), once per process

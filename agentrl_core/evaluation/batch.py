@@ -186,7 +186,9 @@ def open_engine(grid: EvalGrid, checkpoint_uri: str) -> Iterator[tuple[Engine, A
     path = resolve_model(local_model_path(checkpoint_uri))
     tokenizer = load_tokenizer(path)
     cfg = grid.engine
-    if cfg.kind in ("auto", "native", "hf"):
+    from agentrl_core.engine_registry import ENGINE_BUILDERS
+
+    if cfg.kind in ("auto", "native", "hf") or cfg.kind in ENGINE_BUILDERS:  # engines that sample a model here
         compute = grid.compute_dtype
         if compute == "auto":
             from agentrl_core.models.compute_settings import choose_compute_dtype

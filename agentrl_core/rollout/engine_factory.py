@@ -9,6 +9,7 @@ from typing import Any
 
 from agentrl_core.config import EngineConfig
 from agentrl_core.errors import ConfigError
+from agentrl_core.engine_registry import ENGINE_BUILDERS, engine_kinds
 from agentrl_core.rollout.generation import Engine
 from agentrl_core.rollout.hf_engine import HFEngine
 from agentrl_core.rollout.native import NativeEngine, native_support
@@ -70,4 +71,12 @@ def make_engine(cfg: EngineConfig, model: Any, tokenizer: Any, *, model_path: st
         from agentrl_core.secrets import reveal
 
         return OpenAIEngine(reveal(cfg.url, "rollout.engine.url"), name, api_key, tokenizer=tokenizer, **batch)
-    raise ConfigError(f"rollout.engine.kind={cfg.kind!r} is not one of auto, native, hf, vllm, openai")
+    if kind in ENGINE_BUILDERS:  # a plugin's (agentrl_core/plugins.py): it samples `model`, as hf does
+        return ENGINE_BUILDERS[kind](cfg, model, tokenizer, model_path=model_path, autocast=autocast, dtype=dtype,
+                                     seed=seed, stop_token_ids=stop_token_ids)
+    raise ConfigError(f"rollout.engine.kind={cfg.kind!r} is not one of {', '.join(engine_kinds())} (a plugin "
+                      "package adds its own: agentrl_core/plugins.py)")
+
+from agentrl_core.plugins import load_plugins  # noqa: E402
+
+load_plugins()  # users' own envs, estimators, losses and engines (agentrl_core/plugins.py), once per process

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-RUN_STATUSES = ("running", "completed", "failed")
+RUN_STATUSES = ("running", "completed", "failed", "interrupted")
 STAGE_STATUSES = ("pending", "running", "completed", "failed")
 CHECKPOINT_KINDS = ("train", "hf")
 CheckpointKind = Literal["train", "hf"]

@@ -148,7 +148,7 @@ class Registry:
             return session.scalar(stmt)
 
     def set_run_status(self, run_id: int, status: str) -> None:
-        """Set a run's status: "running", "completed" or "failed"."""
+        """Set a run's status: "running", "completed", "failed" or "interrupted" (stopped by a signal)."""
         _check_choice("run status", status, RUN_STATUSES)
         with self._tx(f"set_run_status({run_id})") as session:
             self._require_run(session, run_id)

@@ -110,3 +110,7 @@ def test_killed_curriculum_skips_done_stages_and_resumes_the_failed_one(tiny_mod
     steps = [json.loads(x)["step"] for x in (root / "cur" / "s2" / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 11))  # stage 2 went on from its checkpoint: no step lost or logged twice
     assert (root / "cur" / "export" / "s3" / "COMPLETE").exists()
+    from agentrl_core.store import open_registry
+
+    with open_registry(None, root) as reg:  # SIGKILL left it running; the run that finished ended it
+        assert reg.run("cur").status == "completed"

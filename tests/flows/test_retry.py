@@ -62,18 +62,16 @@ def test_a_full_disk_is_never_retried_even_behind_a_transient_error():
 
 
 def test_recording_a_failed_run_never_raises_over_the_runs_own_error(monkeypatch):
-    """The flow marks the run failed in its `except`: the registry on the same full disk must not replace
+    """The lifecycle ends the record failed in its `except`: the registry on the same full disk must not replace
     the error that stopped the run with its own."""
-    from types import SimpleNamespace
-
     from prefect.logging import disable_run_logger
 
     from agentrl_core.errors import DiskFullError
-    from tasks import records
+    from tasks import lifecycle
 
-    def registry_full(recipe, run_id, status):
+    def registry_full(registry_url, root, run_id, status):
         raise DiskFullError("/runs/registry.db", 0, "/runs")
 
-    monkeypatch.setattr(records, "finish_run", registry_full)
+    monkeypatch.setattr(lifecycle, "end_run", registry_full)
     with disable_run_logger():
-        records.mark_failed(SimpleNamespace(run=SimpleNamespace(name="r")), 1)  # returns: nothing raised
+        lifecycle.end_quietly(None, "/runs", "r", 1, "failed")  # returns: nothing raised

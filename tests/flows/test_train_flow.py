@@ -35,6 +35,10 @@ def test_flow_completes_and_writes_every_stage(tiny_run):
     rows = json.loads((run_dir / "report" / "eval.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["base", "sft", "grpo"]
     assert all(r["n_errors"] == 0 for r in rows)
+    from agentrl_core.store import open_registry
+
+    with open_registry(None, run_dir.parent) as reg:
+        assert reg.run("tiny").status == "completed"
 
 
 async def _artifacts():

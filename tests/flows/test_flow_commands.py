@@ -1,0 +1,73 @@
+"""Every flow is a command: `agentrl sft`, `curriculum`, `batch-eval` and `nightly-eval` run their flows for real
+(Prefect test harness, tiny model, real env server) with the recipe/override conventions of `agentrl run`, and
+each run's record ends completed in the registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentrl.cli import FLOW_COMMANDS, build_parser, main
+from agentrl_core.store import open_registry
+from tests.flows.conftest import tiny_overrides
+
+pytestmark = pytest.mark.slow
+
+
+def kinds(root: Path) -> dict[str, str]:
+    with open_registry(None, root) as reg:
+        return {r.recipe["kind"]: r.status for r in reg.runs() if "kind" in r.recipe}
+
+
+def test_help_lists_every_flow_command(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert all(command in out for command in FLOW_COMMANDS)
+
+
+def test_sft_then_batch_and_nightly_evaluation_from_the_command_line(prefect_harness, tiny_model_path, tmp_path,
+                                                                   monkeypatch):
+    import tasks.lifecycle
+
+    opened = []
+    real = tasks.lifecycle.open_registry
+    monkeypatch.setattr(tasks.lifecycle, "open_registry", lambda *a, **kw: opened.append(a) or real(*a, **kw))
+    root = tmp_path / "runs"
+    assert main(["sft", "household_grpo", *tiny_overrides(tiny_model_path, root), "env.test_tasks=1"]) == 0
+    assert len(opened) == 1  # one registry for the whole run: its record, stage, export and evaluations
+    monkeypatch.undo()
+    export = root / "tiny" / "export" / "sft"
+    assert (export / "COMPLETE").exists()
+    board = tmp_path / "board"
+    assert main(["batch-eval", "--checkpoints", str(export), "--envs", "household", "--tasks", "1", "--max-turns",
+                 "2", "--root", str(root), "--report-dir", str(board)]) == 0
+    assert (board / "leaderboard.md").exists()
+    with open_registry(None, root) as reg:
+        assert len([e for e in reg.evals() if e.checkpoint_uri == str(export.resolve())]) >= 1
+    # nightly: the SFT export was recorded by the sft flow and is evaluated now (batch-eval's grid differs)
+    assert main(["nightly-eval", "--envs", "household", "--tasks", "1", "--max-turns", "2", "--root", str(root),
+                 "--report-dir", str(board)]) == 0
+    assert kinds(root) == {"sft": "completed", "batch-eval": "completed", "nightly-eval": "completed"}
+
+
+def test_a_curriculum_from_the_command_line(prefect_harness, tiny_model_path, tmp_path):
+    cur = tmp_path / "two.yaml"
+    cur.write_text(yaml.safe_dump({"base_recipe": "household_grpo", "evaluate": False, "stages": [
+        {"name": "a", "overrides": ["trainer.steps=1"]}, {"name": "b", "overrides": ["trainer.steps=1"]}]}))
+    root = tmp_path / "runs"
+    overrides = [f"model.name={tiny_model_path}", f"run.root={root}", "run.name=cur", "env.max_turns=2",
+                 "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.sampling.max_new_tokens=4",
+                 "model.compute_dtype=float32"]
+    assert main(["curriculum", str(cur), *overrides]) == 0
+    assert (root / "cur" / "export" / "b" / "COMPLETE").exists()
+    assert kinds(root) == {"curriculum": "completed"}
+
+
+def test_a_bad_override_fails_before_any_flow_starts(tmp_path, capsys):
+    assert main(["curriculum", "bfcl", "trainer.stepz=1", f"run.root={tmp_path}"]) == 2
+    assert "trainer.stepz" in capsys.readouterr().err
+    assert main(["sft", "household_grpo", "sft.epochz=1", f"run.root={tmp_path}"]) == 2
+    assert not any(tmp_path.iterdir())
