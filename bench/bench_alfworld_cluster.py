@@ -53,8 +53,10 @@ BIN = Path(sys.executable).parent
 NODES = [lc.NodeSpec("trainer", 1), lc.NodeSpec("rollout", 1), lc.NodeSpec("rollout", 1)]
 SHRINK = ["env.train_ids=0-1,6-7", "env.test_tasks=4", "env.max_turns=6", "sft.demos=4", "sft.epochs=1",
           "sft.batch_size=2", "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.sampling.max_new_tokens=16",
-          "eval.sampling.max_new_tokens=16", "trainer.save_every=1"]
-"""Games 0, 1, 6 and 7 the expert wins in 4 steps (SFT demos that fit 6 turns); everything else small."""
+          "eval.sampling.max_new_tokens=16", "trainer.save_every=1", "experience.summarise_failures=true"]
+"""Games 0, 1, 6 and 7 the expert wins in 4 steps (SFT demos that fit 6 turns); everything else small. Failed
+episodes are summarised into lessons too: a few minutes of a 135M model rarely win a game, and the pool's way
+(summarise, store, retrieve into the next step's prompts) is what this run is to show on the cluster."""
 
 
 def parse() -> argparse.Namespace:
@@ -85,22 +87,24 @@ def watch_and_kill(record: lc.ClusterState, metrics: Path, after: int, seen: dic
     """Note each placement as steps are logged; SIGKILL the rollout node's raylet once step `after` is logged."""
     import ray
 
-    os.environ.update({k: v for k, v in lc.node_environment(Path(record.token_file)).items() if k.startswith("RAY_")})
-    ray.init(address=record.address, log_to_driver=False, include_dashboard=False)
-    try:
-        logged = 0
-        while not done.is_set():
-            steps = len(read_metrics(metrics)) if metrics.exists() else 0
-            if steps > logged:
-                logged = steps
-                seen.setdefault("placements", []).append({"after_step": steps, **placement()})
-                if steps == after and "killed" not in seen:
-                    (node, *_), = seen["placements"][-1]["agentrl-rollout"]
-                    seen["killed"] = {"node": node, "raylet_pid": kill_raylet(node), "after_step": steps}
-                    print(f"[bench] step {steps} logged: killed the raylet of rollout node {node}", flush=True)
-            time.sleep(0.5)
-    finally:
-        ray.shutdown()
+    from agentrl_core.distributed.cluster import cluster_token
+
+    with cluster_token(record.token_file):  # the cluster's token, as a run joining it uses it
+        ray.init(address=record.address, log_to_driver=False, include_dashboard=False)
+        try:
+            logged = 0
+            while not done.is_set():
+                steps = len(read_metrics(metrics)) if metrics.exists() else 0
+                if steps > logged:
+                    logged = steps
+                    seen.setdefault("placements", []).append({"after_step": steps, **placement()})
+                    if steps == after and "killed" not in seen:
+                        (node, *_), = seen["placements"][-1]["agentrl-rollout"]
+                        seen["killed"] = {"node": node, "raylet_pid": kill_raylet(node), "after_step": steps}
+                        print(f"[bench] step {steps} logged: killed the raylet of rollout node {node}", flush=True)
+                time.sleep(0.5)
+        finally:
+            ray.shutdown()
 
 
 def cli_arm(args: argparse.Namespace, record: lc.ClusterState, root: Path) -> dict:
@@ -117,6 +121,8 @@ def cli_arm(args: argparse.Namespace, record: lc.ClusterState, root: Path) -> di
     finally:
         done.set()
         watcher.join(60)
+    if "killed" not in seen:
+        raise RuntimeError("the rollout node was never killed (see the watcher's error above): the arm proves nothing")
     return {"rc": rc, **seen, **summary(root, name)}
 
 
@@ -207,7 +213,7 @@ def summary(root: Path, name: str) -> dict:
 
 def main() -> None:
     args = parse()
-    print(f"CPU: {describe_cpu()}")
+    print(describe_cpu())
     root = (ROOT / args.root).resolve()
     shutil.rmtree(root, ignore_errors=True)
     state = root / "cluster"
@@ -223,7 +229,8 @@ def main() -> None:
             if arm == "cli" and "killed" in results[arm]:
                 lc.add(state, [lc.NodeSpec("rollout", 1)])  # the next arm again has two rollout nodes
     finally:
-        print("stopped: " + ", ".join(lc.stop(state) or ["cleanly"]), flush=True)
+        killed = lc.stop(state)
+        print("cluster stopped" + (f" ({', '.join(killed)} killed after the grace period)" if killed else ""), flush=True)
     figures = {}
     for arm, r in results.items():
         figures |= {f"{arm}/rc": r["rc"], f"{arm}/grpo_steps": r["grpo_steps"], f"{arm}/wall_min": r["wall_min"],
