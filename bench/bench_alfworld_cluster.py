@@ -38,11 +38,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
-
+from agentrl.prefect_server import _wait_healthy as wait_healthy  # noqa: E402
 from bench.cluster_driver import kill_raylet, placement  # noqa: E402
 from bench.recording import current, run_recorded  # noqa: E402
 from agentrl_core.distributed import local_cluster as lc  # noqa: E402
+from agentrl_core.web.server_process import stop_process  # noqa: E402
 from agentrl_core.store import open_registry  # noqa: E402
 from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.training.metrics_log import read_metrics  # noqa: E402
@@ -142,15 +142,6 @@ def prefect(env: dict, *argv: str, timeout: float = 300) -> subprocess.Completed
     return out
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 def deployment_arm(args: argparse.Namespace, record: lc.ClusterState, root: Path) -> dict:
     """A Prefect server, pool, `deploy --all` and worker; then the deployment run, watched to its end."""
     name = "alf-deployment"
@@ -164,7 +155,7 @@ def deployment_arm(args: argparse.Namespace, record: lc.ClusterState, root: Path
         try:
             procs.append(subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port",
                                            str(port)], cwd=ROOT, env=env, stdout=server_log, stderr=subprocess.STDOUT))
-            wait_healthy(api, procs[0])
+            wait_healthy(procs[0], api, home / "server.log", 180)
             prefect(env, "work-pool", "create", "local", "--type", "process")
             prefect(env, "--no-prompt", "deploy", "--all")
             procs.append(subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "local"], cwd=ROOT,
@@ -175,23 +166,9 @@ def deployment_arm(args: argparse.Namespace, record: lc.ClusterState, root: Path
             rc = 0 if "Completed" in out.stdout + out.stderr else 1
         finally:
             for proc in reversed(procs):
-                stop(proc)
+                stop_process(proc, timeout=30)
     print((home / "worker.log").read_text()[-6000:], flush=True)
     return {"rc": rc, **summary(root, name)}
-
-
-def wait_healthy(api: str, proc: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("the prefect server exited while starting")
-        try:
-            if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError("the prefect server did not become healthy")
 
 
 def summary(root: Path, name: str) -> dict:
