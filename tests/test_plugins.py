@@ -7,6 +7,7 @@ A broken plugin stops with an error naming it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +25,9 @@ def plugin_site(tmp_path_factory) -> Path:
     """The plugin package installed by pip into a folder of its own (nothing added to the project's venv)."""
     site = tmp_path_factory.mktemp("plugin-site")
     build = tmp_path_factory.mktemp("plugin-build")
+    source = shutil.copytree(PACKAGE, build / "source")  # setuptools builds in the source tree: not in ours
     out = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                          "--no-index", "--target", str(site), str(PACKAGE)], capture_output=True, text=True,
+                          "--no-index", "--target", str(site), str(source)], capture_output=True, text=True,
                          timeout=300, env={**os.environ, "TMPDIR": str(build)})
     assert out.returncode == 0, out.stdout + out.stderr
     assert list(site.glob("agentrl_echo_plugin-*.dist-info/entry_points.txt"))
