@@ -55,7 +55,9 @@ def _child_env(credential: str) -> dict[str, str]:
     return {**os.environ, **EPHEMERAL_ENV, **{k: str(v) for k, v in settings.items()}, **auth}
 
 
-def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float) -> None:
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float) -> None:
+    """Return once the Prefect server `proc` answers `url`/health; RuntimeError with its log's end if it exits
+    or does not answer within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -85,7 +87,7 @@ def start_server(credential: str, timeout_s: float | None = None) -> tuple[subpr
                                                       **child_processes.CHILD_SESSION))
     url = f"http://127.0.0.1:{port}/api"
     try:
-        _wait_healthy(proc, url, log, timeout_s or PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+        wait_healthy(proc, url, log, timeout_s or PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
     except BaseException:
         stop_process(proc, 5.0)
         raise

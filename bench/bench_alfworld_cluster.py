@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl.prefect_server import _wait_healthy as wait_healthy  # noqa: E402
+from agentrl.prefect_server import wait_healthy  # noqa: E402
 from bench.cluster_driver import kill_raylet, placement  # noqa: E402
 from bench.recording import current, run_recorded  # noqa: E402
 from agentrl_core.distributed import local_cluster as lc  # noqa: E402
