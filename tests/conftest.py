@@ -17,6 +17,17 @@ os.environ.pop("AGENTRL_SERVER_TOKEN", None)
 # the tests that send SIGINT would wait in vain: Python's usual handler here means children start with the default.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# A parallel worker of the suite (pytest-xdist, `-n`) gets one CPU thread, and so does every process it starts
+# (model.cpu_threads=auto takes OMP_NUM_THREADS's share): the workers share the cores, and a multi-threaded
+# kernel beside a busy neighbour waits on descheduled threads at every parallel region. Set before torch loads.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+
+WORKER_MEMORY_GIB = 4.0
+"""Memory one parallel worker may need at its peak (a real model, a server or two, a training step)."""
+SHARED_SCOPES = ("module", "package", "class")
+"""Fixture scopes shared by several tests: the tests sharing one run in the same worker, so it starts once."""
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -66,3 +77,42 @@ def env_server_url():
 
     with launch_server() as server:
         yield server.url
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per usable core, as many as the memory holds (WORKER_MEMORY_GIB each)."""
+    from agentrl_core.system.machine_info import usable_cores
+
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return max(1, min(usable_cores(), int(memory_gib // WORKER_MEMORY_GIB)))
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The worker group a test must run in: "ray" for a test marked `ray` (one local Ray at a time), else
+    the module or package whose shared fixture it uses (a server, a model, a training run: started once),
+    else None (any worker). Session fixtures are each worker's own (a model path, an env server)."""
+    if item.get_closest_marker("ray"):
+        return "ray"
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(info, "names_closure", ()):
+        for definition in info.name2fixturedefs.get(name, ()):
+            if definition.scope == "package":  # one instance for the package's tests
+                return definition.baseid or item.nodeid.split("::")[0]
+            if definition.scope in SHARED_SCOPES:  # one per module (or class): the module's tests together
+                return item.nodeid.split("::")[0]
+    return None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Group each test for `--dist loadgroup` (xdist_group_of) as it is collected: xdist reads the groups in its
+    own pytest_collection_modifyitems, which may run before any conftest's."""
+    if not item.get_closest_marker("xdist_group") and (group := xdist_group_of(item)):
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """How many parallel workers ran the tests (bench/bench_test_suite.py records it beside the time)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > 0:
+        terminalreporter.write_line(f"ran on {workers} parallel workers (pytest-xdist; -n 0 runs the tests in one "
+                                    "process)")

@@ -136,6 +136,7 @@ class EnvironProbe:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_the_ray_trainer_actor_is_tuned_and_a_rollout_actor_is_not(monkeypatch):
     """Through the actor's own runtime env, not the job's: Ray starts the trainer's process with the settings;
     other actors start with glibc's default."""
@@ -178,6 +179,7 @@ FREED_THEN_PLANNED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_stage_plans_without_the_memory_an_earlier_stage_freed(embedded_model_path):
     """With trimming off (the tuned training process) freed buffers stay resident; the next stage's plan must
     not count them as held: `memory_plan_for` hands the free heap back first."""

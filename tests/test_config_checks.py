@@ -75,6 +75,7 @@ def test_a_curriculum_stage_with_zero_steps_is_refused() -> None:
     ("rollout.group_size=1", ["rollout.group_size=1 gives it none", "2 or more"]),
     ("trainer.steps=0", ["trainer.steps=0", "set trainer.steps to 1 or more"]),
 ])
+@pytest.mark.slow
 def test_the_cli_refuses_them_fast_and_writes_nothing(tmp_path: Path, override: str, words: list[str]) -> None:
     start = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "agentrl.cli", "run", "household_grpo", f"run.root={tmp_path}/runs",

@@ -86,6 +86,7 @@ def dry_run(command: int, carry_dir: Path, out: Path, stash: Path, work: Path) -
                  "--stash", str(stash), "--work", str(work)])
 
 
+@pytest.mark.slow
 def test_both_commands_dry_run_on_the_cpu(dry_carry: Path, tmp_path: Path) -> None:
     stash = tmp_path / "stash"
     one = dry_run(1, dry_carry, tmp_path / "out", stash, tmp_path / "work1")

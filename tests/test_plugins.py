@@ -79,7 +79,7 @@ def recipe(tmp_path: Path, model: Path, *, ray: bool) -> Path:
     return path
 
 
-@pytest.mark.parametrize("ray", [False, True], ids=["in-process", "ray"])
+@pytest.mark.parametrize("ray", [False, pytest.param(True, marks=pytest.mark.ray)], ids=["in-process", "ray"])
 def test_a_one_step_recipe_trains_on_the_plugins_env_estimator_loss_and_engine(plugin_site, tiny_model_path,
                                                                                 tmp_path, ray):
     if ray:

@@ -39,6 +39,7 @@ def run_api(tmp_path_factory):
                 yield url, pid, home
 
 
+@pytest.mark.slow
 def test_a_stranger_is_refused_and_the_run_client_works(run_api):
     from prefect.client.orchestration import get_client
 

@@ -206,8 +206,22 @@ def _measured(path: Path, support: str, measure: Measure | None) -> dict[str, ob
 
 
 def resolve_threads(setting: int | str) -> int:
-    """CPU threads for `model.cpu_threads`: the number given, or (auto) the CPUs this process may use."""
-    return usable_cores() if setting == AUTO else int(setting)
+    """CPU threads for `model.cpu_threads`: the number given, or (auto) the CPUs this process may use,
+    capped by OMP_NUM_THREADS when that is set: auto = min(usable cores, OMP_NUM_THREADS).
+
+    OMP_NUM_THREADS is how a machine shared by several jobs gives each its share of the cores (the test
+    suite's parallel workers set 1); an explicit `model.cpu_threads` wins over it."""
+    if setting != AUTO:
+        return int(setting)
+    share = omp_threads()
+    return min(usable_cores(), share) if share else usable_cores()
+
+
+def omp_threads() -> int | None:
+    """The thread count OMP_NUM_THREADS asks for (its first, outermost level: "4,2" is 4); None when unset,
+    not a positive integer, or malformed."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else None
 
 
 def resolve_compute_settings(cfg: RecipeConfig, model_path: str | os.PathLike[str], *,

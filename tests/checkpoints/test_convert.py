@@ -68,6 +68,7 @@ def _assert_same_model(out: Path, expected_logits: torch.Tensor) -> None:
     assert AutoTokenizer.from_pretrained(out)("w1 w7 w250")["input_ids"] == [1, 7, 250]
 
 
+@pytest.mark.slow
 def test_fixture_step_changed_the_weights(dist_root):
     init = torch.load(dist_root / "untied" / "init.pt", weights_only=True)
     final = torch.load(dist_root / "untied" / "reference.pt", weights_only=True)

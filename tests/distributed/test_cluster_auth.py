@@ -16,7 +16,7 @@ import pytest
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read by `import ray`: keeps the local Ray on 127.0.0.1
 ray = pytest.importorskip("ray")
 grpc = pytest.importorskip("grpc")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 from agentrl_core.config import DistributedConfig
 from agentrl_core.distributed.cluster import AUTH_MODE_ENV, AUTH_TOKEN_ENV, ray_runtime

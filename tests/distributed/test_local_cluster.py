@@ -101,6 +101,7 @@ def test_a_node_that_exits_while_starting_is_started_again_with_fresh_ports(
         lc.alive(record.nodes[1]["pid"])
 
 
+@pytest.mark.slow
 def test_a_node_that_keeps_exiting_fails_with_the_end_of_its_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tries = tmp_path / "tries"
@@ -139,6 +140,7 @@ def _drive(model: Path, root: Path, record: lc.ClusterState, *kill: str) -> tupl
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_run_on_a_cluster_is_placed_by_resources_keeps_strangers_out_and_survives_its_nodes(
         tiny_model_path: Path, tmp_path: Path) -> None:
     """Placement, strangers and secrets; a rollout node killed mid-run (the run goes on, its worker re-placed);

@@ -18,7 +18,7 @@ import torch
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read by `import ray`: keeps the local Ray on 127.0.0.1
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 from agentrl_core.checkpoints.layout import step_dir
 from agentrl_core.config import SamplingConfig

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 from agentrl_core.checkpoints.layout import step_dir  # noqa: E402
 from agentrl_core.config import SamplingConfig  # noqa: E402

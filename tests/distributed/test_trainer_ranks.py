@@ -18,7 +18,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("deepspeed")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 from agentrl_core.checkpoints.layout import step_dir  # noqa: E402
 from agentrl_core.distributed.trainer_worker import TrainerWorker, rendezvous  # noqa: E402

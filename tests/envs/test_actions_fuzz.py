@@ -125,6 +125,7 @@ def episode(request) -> Iterator[Episode]:
     ep.env.close()
 
 
+@pytest.mark.slow
 def test_fuzz_action_parsers(episode: Episode) -> None:
     name = episode.env.name
     tally = Tally(f"actions {name}")

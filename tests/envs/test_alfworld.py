@@ -27,6 +27,8 @@ from agentrl_core.envs.alfworld.scene import LOOK, TWO, task_type_of
 from agentrl_core.envs.task_reminder import alfworld_goal
 from agentrl_core.errors import MissingExtraError, ResetNeededError, TaskNotFoundError
 
+pytestmark = pytest.mark.slow  # a real engine, JVM, database, planner or training run: seconds each
+
 ENGINE_MODULES = ("alfworld", "textworld", "fast_downward")
 
 

@@ -14,6 +14,8 @@ pytest.importorskip("mpmath")
 
 from tests.envs.bfcl_differential import PERTURBATIONS, compare  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a real engine, JVM, database, planner or training run: seconds each
+
 
 def test_verdicts_equal_the_official_runner_on_a_share_of_all_categories() -> None:
     counts, differ = compare(every=8)

@@ -13,6 +13,7 @@ from agentrl_core.envs import Env, StepResult, check_env, make
 from agentrl_core.envs.errors import EnvCheckError
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", every_env())
 def test_registered_env_conforms(name: str) -> None:
     check_env(make(name))

@@ -15,6 +15,7 @@ from agentrl_core.env_service import EnvClient, RemoteEnv, ServerProcess, launch
 from agentrl_core.envs.errors import EnvServerUnavailable, ServerStartError
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", every_env())
 def test_check_env_over_http(client: EnvClient, name: str) -> None:
     env = RemoteEnv(client, name)

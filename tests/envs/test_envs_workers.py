@@ -112,6 +112,7 @@ def test_a_worker_killed_during_a_call_answers_that_call(api: TestClient, tmp_pa
     assert_error(api.post(f"/sessions/{sid}/step", json={"action": "ok"}), 410, "SessionLostError")
 
 
+@pytest.mark.slow
 def test_dedicated_workers_one_process_per_session(api: TestClient) -> None:
     a, b = new_session(api, "soloboom"), new_session(api, "soloboom")
     pid_a, pid_b = worker_pid(api, a), worker_pid(api, b)
@@ -129,6 +130,7 @@ def test_dedicated_workers_one_process_per_session(api: TestClient) -> None:
     new_session(api, "soloboom")  # the cap counts live sessions only
 
 
+@pytest.mark.slow
 def test_a_burst_of_dedicated_sessions_starts_a_bounded_number_at_once(envs: None, tmp_path: Path) -> None:
     log = tmp_path / "starts.log"
     app = create_app(["slowsolo"], workers=1, worker_starts=2, env_kwargs={"slowsolo": {"log": str(log)}})

@@ -31,6 +31,8 @@ from agentrl_core.envs.sciworld import (
 )
 from agentrl_core.errors import MissingExtraError, ResetNeededError, TaskNotFoundError
 
+pytestmark = pytest.mark.slow  # a real engine, JVM, database, planner or training run: seconds each
+
 FIND_ANIMAL_3 = 3839  # find-animal starts at 2936 (find-living-thing) + 3 * 300; variation 3 is in train
 
 

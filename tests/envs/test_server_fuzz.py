@@ -180,6 +180,7 @@ def check_answer(response: httpx.Response, request: dict) -> str:
     return f"{response.status_code} {body['error']}"
 
 
+@pytest.mark.slow
 def test_fuzz_env_server_http_api(server: ServerProcess) -> None:
     tally = Tally("env server HTTP")
     with httpx.Client(base_url=server.url, timeout=REQUEST_TIMEOUT_S, follow_redirects=True) as http:

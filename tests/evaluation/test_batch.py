@@ -101,6 +101,7 @@ def registry_with(new_registry):
 
 
 # -- tests ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_grid_is_idempotent_and_reevaluates_only_what_is_missing(tmp_path, registry_with, checkpoints, countdown_url):
     reg = registry_with(tmp_path, checkpoints)
     grid = grid_of(checkpoints, out_dir=tmp_path / "trajs")
@@ -229,6 +230,7 @@ def test_grid_lists_must_not_repeat():
         EvalGrid(checkpoints=["/a", "/a"], envs=["countdown"])
 
 
+@pytest.mark.slow
 def test_openai_engine_matches_hf_against_our_own_server(tmp_path, registry_with, checkpoints, countdown_url):
     """engine=openai with no URL serves the checkpoint with agentrl's server: same tokens as in-process HF."""
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=6)

@@ -17,6 +17,7 @@ from tests.experience.conftest import ScriptedEngine
 from tests.experience.test_summarise import TASK3_ACTIONS
 
 
+@pytest.mark.slow
 def test_round_trip_through_the_pool(pool, exp_chat):
     cfg = RecipeConfig(env={"name": "household"}, experience={"enabled": True, "url": pool.url, "top_k": 2,
                                                              "keep_in_context": False, "rollout_ratio": 0.5})

@@ -20,6 +20,7 @@ def tiny_run(prefect_harness, tiny_model_path, tmp_path_factory):
     return root / "tiny", state
 
 
+@pytest.mark.slow
 def test_flow_completes_and_writes_every_stage(tiny_run):
     run_dir, state = tiny_run
     assert state.is_completed(), state
@@ -53,6 +54,7 @@ def test_flow_publishes_artifacts(tiny_run):
     assert {"evaluation", "run-summary", "checkpoint-grpo", "grpo-progress"} <= keys
 
 
+@pytest.mark.slow
 def test_rerun_resumes_instead_of_retraining(tiny_run, tiny_model_path):
     run_dir, _ = tiny_run
     before = (run_dir / "grpo" / "metrics.jsonl").read_text()

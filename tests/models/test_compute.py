@@ -154,3 +154,15 @@ def test_cpu_description_names_model_flags_and_cores(tmp_path):
     assert (info.model, info.flags) == ("AMD EPYC 7B12", ("avx2",))
     assert info.describe().startswith(f"AMD EPYC 7B12, {info.cores} cores ({info.usable_cores} usable), avx2")
     assert machine_info.describe_cpu().startswith("CPU: ")
+
+
+@pytest.mark.parametrize(("omp", "expected"), [(None, 4), ("1", 1), ("2,1", 2), ("8", 4), ("0", 4), ("many", 4),
+                                                ("", 4)])
+def test_auto_threads_take_the_share_omp_num_threads_gives(monkeypatch, omp, expected):
+    monkeypatch.setattr(compute_settings, "usable_cores", lambda: 4)
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    assert compute_settings.resolve_threads("auto") == expected
+    assert compute_settings.resolve_threads(3) == 3  # an explicit setting wins

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from agentrl_core.system import machine_cache
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +83,7 @@ DECIDER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_processes_deciding_at_once_measure_once_and_agree(home, tmp_path):
     """Both start before either has written: one measures, the other waits for its lock and reads its answer."""
     log = tmp_path / "measured"

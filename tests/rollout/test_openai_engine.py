@@ -135,6 +135,7 @@ def server_url():
         yield srv.url
 
 
+@pytest.mark.slow
 def test_greedy_equals_hf_engine(server_url, tokenizer, embedded_model_path: Path):
     prompts = [tokenizer("The capital of France is", add_special_tokens=False)["input_ids"],
                tokenizer("1, 2, 3, 4,", add_special_tokens=False)["input_ids"]]

@@ -127,6 +127,7 @@ def _result(proc: subprocess.Popen) -> dict:
     return json.loads(out.splitlines()[-1])
 
 
+@pytest.mark.slow
 @needs_onednn
 def test_two_seeded_processes_roll_out_identically_with_the_verdict_cached(home, tiny_model_path):
     """The first process measures (its probe says "prepack"); the second would measure "don't" but reads the

@@ -53,6 +53,7 @@ def _post(server: RunServer, route: str, **body) -> httpx.Response:
     return httpx.post(f"{server.url}/v1/{route}", json={"model": MODEL, **body}, timeout=60, headers=server.auth)
 
 
+@pytest.mark.slow
 def test_models_lists_the_served_model(server):
     body = httpx.get(f"{server.url}/v1/models", headers=server.auth).json()
     assert body["object"] == "list" and [m["id"] for m in body["data"]] == [MODEL]

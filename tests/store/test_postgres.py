@@ -7,12 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine
 
 from agentrl_core.store import open_registry
 from agentrl_core.store.migrate import head_revision, upgrade
 from tests.pg_server import create_database
 from tests.store.roundtrip import exercise_core_api
+
+pytestmark = pytest.mark.slow  # a real engine, JVM, database, planner or training run: seconds each
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -177,6 +177,7 @@ print("RESULT" + json.dumps(out))
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_DEEPSPEED, reason="DeepSpeed is not installed (pip install 'agentrl[deepspeed]')")
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-accelerator check; GPU runs use test_deepspeed_gpu")
 def test_deepspeed_zero2_zero3_on_cpu_match_torch(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 pytest.importorskip("deepspeed")
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-accelerator check (GPU runs differ)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-accelerator check (GPU runs differ)")]
 
 STAGES = (2, 3)
 

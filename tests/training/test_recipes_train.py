@@ -14,6 +14,8 @@ from agentrl_core.recipes import RECIPES_DIR, load_recipe
 from agentrl_core.grpo import train_grpo
 from tests.envs.conftest import every_env
 
+pytestmark = pytest.mark.slow  # a real engine, JVM, database, planner or training run: seconds each
+
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 GRID = ["alfworld_grpo", "alfworld_opmd", "alfworld_raft", "alfworld_opmd_reweight_adv", "alfworld_opmd_r3l"]
 INSTALLED = {p.values[0] for p in every_env() if not p.marks}

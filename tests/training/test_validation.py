@@ -38,6 +38,7 @@ def test_validation_tasks_come_from_the_training_range_and_are_never_trained_on(
         True, False, True, True]  # before training, every 2 steps, and the last step
 
 
+@pytest.mark.slow
 def test_grpo_logs_validation_and_keeps_the_best_checkpoint(tiny_model_path: Path, env_server_url: str,
                                                            tmp_path: Path):
     cfg = _cfg(tiny_model_path, tmp_path, "trainer.val_every=2", "trainer.export_best=true")
@@ -71,6 +72,7 @@ def test_export_best_needs_validation(tiny_model_path: Path, tmp_path: Path):
         _cfg(tiny_model_path, tmp_path, "trainer.export_best=true")
 
 
+@pytest.mark.slow
 def test_a_wall_time_budget_stops_after_the_step_that_crosses_it(tiny_model_path: Path, env_server_url: str,
                                                                   tmp_path: Path):
     cfg = _cfg(tiny_model_path, tmp_path, "trainer.max_minutes=0.0001", "trainer.val_every=10")
