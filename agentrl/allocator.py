@@ -4,7 +4,7 @@ What the settings are and why they apply to the training process only: agentrl_c
 glibc reads them only at process start, hence the re-exec; the re-executed process then removes
 them from its environment (`adopt`), so the Prefect server, env servers and their workers, the
 experience pool and a model server it starts use glibc's default and hand memory back to the OS.
-What it buys, in step time and peak memory: `.venv/bin/python bench/bench_allocator.py` (a README row).
+What it buys, in step time and peak memory: `.venv/bin/python bench/bench_allocator.py` (a row of the main table in docs/performance.md).
 """
 
 from __future__ import annotations

@@ -105,6 +105,29 @@ def _print_evals(evals: dict[str, dict]) -> None:
         Console().print(f"  {line}")
 
 
+def cmd_recipe(args: argparse.Namespace) -> int:
+    """Print the recipe reference (--reference), or a recipe as validated, overrides applied, as YAML."""
+    from agentrl_core.errors import ConfigError
+
+    if args.recipe and "=" in args.recipe:  # `agentrl recipe trainer.steps=8`: overrides of the defaults
+        args.recipe, args.overrides = None, [args.recipe, *args.overrides]
+    if args.reference:
+        if args.recipe or args.overrides:
+            raise ConfigError("`agentrl recipe --reference` takes no recipe or overrides: it documents every key "
+                              "and its default; drop them, or drop --reference to see a recipe as validated")
+        from agentrl_core.config_reference import reference_markdown
+
+        sys.stdout.write(reference_markdown())
+        return 0
+    import yaml
+
+    from agentrl_core.config import dump
+    from agentrl_core.recipes import load_recipe
+
+    sys.stdout.write(yaml.safe_dump(dump(load_recipe(args.recipe, args.overrides)), sort_keys=False))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """The train flow (SFT warm start, GRPO, evaluation) on a recipe."""
     return _recipe_flow(args, "train")
@@ -406,6 +429,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("recipe", help="a recipe YAML path or a name in recipes/ (e.g. household_grpo)")
     s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.steps=8 trainer.optim.lr=1e-6")
     s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("recipe", help="print a recipe as validated (defaults, the YAML, then the overrides), or with "
+                                      "--reference every recipe key with its type, default and docstring (Markdown)")
+    s.add_argument("recipe", nargs="?", default=None, help="a recipe YAML path or a name in recipes/ (default: none, "
+                                                            "the defaults)")
+    s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.steps=8")
+    s.add_argument("--reference", action="store_true",
+                   help="print the recipe reference (docs/recipe-reference.md is this output)")
+    s.set_defaults(fn=cmd_recipe)
 
     s = sub.add_parser("sft", help="run the SFT flow on a recipe: fine-tune (sft.dataset or expert demos), export, "
                                    "evaluate base and SFT")

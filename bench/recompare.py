@@ -7,7 +7,8 @@ comparison, and model A's success rate (its `tests/<A>/success_rate`, or the fla
 and verdict with `agentrl_core.evaluation.stats.newcombe_paired_counts` and prints the recorded and the
 recomputed values side by side. With `--write` it rewrites the comparisons in place and keeps the values as
 first printed under `comparisons_as_printed` (with `comparisons_recomputed` saying by what and when), so the
-README's tables (rendered from these files) show today's method while the raw console output stays as it was.
+figure tables of README.md and docs/ (rendered from these files) show today's method while the raw console
+output stays as it was; a figure quoted in running text is checked against both (`bench/prose_figures.py`).
 
     .venv/bin/python bench/recompare.py                # print recorded vs recomputed, change nothing
     .venv/bin/python bench/recompare.py --write        # and update bench/results/*.json

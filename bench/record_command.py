@@ -6,7 +6,9 @@ Runs the command, its console teed, and writes `bench/results/<NAME>.json` and `
 - `--json-figures FILE [--json-keys a,b]`: every number of a JSON file the command writes (e.g. the
   run report's `runs/math-learn/report/eval.json`), flattened to `key/subkey` names (its strings go to
   "texts"); list items are named by their "model", "name" or "label" field, comparisons "A-B".
-A command that fails is recorded only with `--allow-failure` (a test suite with failures is a figure too).
+A command that fails is recorded only with `--allow-failure` (a test suite with failures is a figure too):
+its exit status becomes the figure `exit_status` and this recorder's `main` returns 0, since a run that
+exits non-zero records nothing (`bench/recording.py`).
 
     .venv/bin/python bench/record_command.py --record demo_math_learn --json-figures runs/math-learn/report/eval.json \
         --json-keys rows,comparisons -- .venv/bin/agentrl run math_learn
@@ -118,7 +120,7 @@ def main() -> int:
                                       args.json_keys.split(",") if args.json_keys else None)
         figures |= numbers
     current().report(figures, texts=texts, recorded_command=" ".join(shlex.quote(a) for a in args.command))
-    return 0
+    return 0  # with --allow-failure a failed command is a figure (exit_status), and this run a success
 
 
 if __name__ == "__main__":

@@ -6,13 +6,18 @@ tables, logging, and its subprocesses' output, since file descriptors 1 and 2 ar
 and when the run ends well two files are written under `bench/results/`:
 
 - `<record>.json`: `{"bench", "record", "command", "argv", "cpu", "machine", "git_revision",
-  "git_dirty", "date", "wall_s", "allocator", "figures", ...}`, where `figures` are the numbers the
-  README may quote (`bench/readme_figures.py` renders its tables from these files only);
+  "git_dirty", "date", "wall_s", "allocator", "figures", ...}`, where `figures` are the numbers README.md
+  and docs/ may quote (`bench/readme_figures.py` renders their tables from these files only, and checks
+  their figures in running text against them; a file with `git_dirty: true` backs none: record at a commit);
 - `<record>.txt`: the raw console output, headed by the command line.
 
 `<record>` defaults to the benchmark's name plus its arguments (`rollout`, `speed__steps-5`);
 `--record NAME` names it, `--no-record` writes nothing (both are taken out of argv before the
-benchmark parses it). A run that fails writes nothing, so a results file is always a complete run.
+benchmark parses it). A run that fails writes nothing, whatever figures it reported before failing: one
+that raises, or ends with a non-zero exit status (its `main` returns a non-zero int or raises `SystemExit`
+with a non-zero code), so a results file is always a complete, successful run. A failure that is itself the
+figure (a test suite with failures) is recorded only where that is explicit: `bench/record_command.py
+--allow-failure` reports the command's status as the figure `exit_status` and its own `main` returns 0.
 """
 
 from __future__ import annotations
@@ -174,8 +179,17 @@ def write_results(path_stem: Path, payload: dict[str, Any], console: str) -> Non
     write_text_atomic(path_stem.with_suffix(".txt"), f"$ {payload['command']}\n{console}")
 
 
+def exit_status(code: Any) -> int:
+    """The exit status a `main`'s return value or a `SystemExit` code gives the process: None -> 0, an int as it
+    is, anything else (a message, as `sys.exit("why")` gives) -> 1."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
 def run_recorded(bench: str, main: Callable[[], Any], results_dir: Path | None = None) -> Any:
-    """Run a benchmark's `main` with its console teed; on success write its results files (module docstring)."""
+    """Run a benchmark's `main` with its console teed; when it ends with exit status 0, write its results files
+    (module docstring); a non-zero status (returned, or a `SystemExit` raised) records nothing."""
     global _active
     original_argv = list(sys.argv)
     rest, name, record = split_record_args(sys.argv[1:])
@@ -187,24 +201,37 @@ def run_recorded(bench: str, main: Callable[[], Any], results_dir: Path | None =
     allocator = allocator_in_force()
     _active, tee, start = Recording(), FdTee(), time.perf_counter()
     tee.start()
+    exiting: SystemExit | None = None
     try:
         result = main()
+    except SystemExit as exc:  # sys.exit(...) inside main: its code is the run's status
+        result, exiting = exc.code, exc
     except BaseException:
         tee.stop()
         raise
     finally:
         recording, _active = _active, None
     console = tee.stop()
-    wall = time.perf_counter() - start
-    if not recording.figures and isinstance(result, int) and result != 0:
-        return result  # a failed run (its exit status) records nothing
+    if (status := exit_status(result)) != 0:
+        print(f"[bench] {bench} ended with exit status {status}: nothing recorded (a failed run records nothing"
+              f"{', though it reported figures' if recording.figures else ''})", file=sys.stderr)
+    else:
+        _record(bench, record_name, command, rest, time.perf_counter() - start, allocator, recording, console,
+                results_dir)
+    if exiting is not None:
+        raise exiting
+    return result
+
+
+def _record(bench: str, record_name: str, command: str, argv: list[str], wall: float, allocator: str,
+            recording: Recording, console: str, results_dir: Path | None) -> None:
+    """Write a successful run's results files; a run that reported no figures is an error (nothing to quote)."""
     if not recording.figures:
         raise RuntimeError(f"benchmark {bench} reported no figures: nothing to record")
     write_results((results_dir or RESULTS_DIR) / record_name,
-                  _payload(bench, record_name, command, rest, wall, allocator, recording), console)
+                  _payload(bench, record_name, command, argv, wall, allocator, recording), console)
     print(f"[bench] results: {(results_dir or RESULTS_DIR).relative_to(ROOT) if results_dir is None else results_dir}"
           f"/{record_name}.json (+ .txt)")
-    return result
 
 
 def _payload(bench: str, record: str, command: str, argv: list[str], wall: float, allocator: str,

@@ -14,8 +14,8 @@ from agentrl.cli import build_parser, main
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("command", ["import-model", "envs", "serve", "run", "sft", "curriculum", "batch-eval",
-                                     "nightly-eval", "eval", "alfworld-games", "convert", "serve-model"])
+@pytest.mark.parametrize("command", ["import-model", "envs", "serve", "run", "recipe", "sft", "curriculum",
+                                     "batch-eval", "nightly-eval", "eval", "alfworld-games", "convert", "serve-model"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args([command, "--help"])

@@ -100,10 +100,11 @@ def _run(stack: dict, deployment: str, params: dict, timeout: float = 900) -> st
     return out
 
 
-def test_train_alfworld_with_the_experience_pool(stack, tmp_path):
+def test_train_alfworld_with_the_experience_pool(stack, tiny_model_path, tmp_path):
     root = tmp_path / "runs"
-    # games 0, 1, 6 and 7 are won by the expert in 4 steps, so 5 turns are enough for the SFT demos
-    overrides = [f"run.root={root}", "run.name=alf", "env.train_ids=0-1,6-7", "env.test_tasks=1", "env.max_turns=5",
+    # games 0, 1, 6 and 7 are won by the expert in 4 steps, so 5 turns are enough for the SFT demos; the tiny model
+    # (the real tokenizer and chat template): what is tested is the deployment's pipeline, not what the model learns
+    overrides = [f"model.name={tiny_model_path}", f"run.root={root}", "run.name=alf", "env.train_ids=0-1,6-7", "env.test_tasks=1", "env.max_turns=5",
                  "sft.demos=2", "sft.epochs=1", "sft.batch_size=2", "trainer.steps=1", "rollout.tasks_per_step=1",
                  "rollout.group_size=2", "rollout.sampling.max_new_tokens=8", "eval.sampling.max_new_tokens=8"]
     _run(stack, "train/train-alfworld", {"overrides": overrides})
