@@ -10,7 +10,8 @@ parallel as `pyproject.toml` says), never mixed, since coverage slows what it me
 
 1. **timing**: `pytest -q --durations=0 -p no:cacheprovider`. Figures: the counts and wall minutes of
    pytest's closing line, each module's seconds (setup + call + teardown of its tests, summed over the
-   workers: the work, not the wall time) and the ten slowest tests.
+   workers: the work, not the wall time), the ten slowest tests, and how busy the CPUs were over the run
+   (from /proc/stat: where the parallel workers leave cores idle).
 2. **coverage**: the same tests under coverage.py, measuring the packages `agentrl_core`, `flows`, `tasks`
    and `agentrl` in *every* Python process the tests start (`[run] patch = subprocess`: `agentrl run`, env
    and Prefect servers, Ray workers; `sigterm = true` saves a process ended by SIGTERM), the data files
@@ -127,13 +128,31 @@ def report(figures: dict[str, float], tree: Path) -> None:
         current().report(figures, **git_fields(tree))
 
 
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat's first line ((0, 0) where it is missing)."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_share(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """The share of the machine's CPU time that was busy between two cpu_times() readings, in %:
+    100 * Δbusy / Δtotal (every process counted, not only the tests: the machine should be quiet)."""
+    total = after[1] - before[1]
+    return 100.0 * (after[0] - before[0]) / total if total > 0 else 0.0
+
+
 def timing(tree: Path, extra: list[str]) -> int:
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_times()
     status, output = run_pytest(["--durations=0", *extra], tree, tree_env(tree))
-    wall = time.perf_counter() - start
+    wall, cpu_busy = time.perf_counter() - start, busy_share(cpu_start, cpu_times())
     modules, tests = durations(output)
     figures = {"wall_s": wall, "wall_min": wall / 60, "exit_status": float(status), **pytest_figures(output),
-               "workers": workers(output), "test_minutes_summed": sum(tests.values()) / 60}
+               "workers": workers(output), "test_minutes_summed": sum(tests.values()) / 60,
+               "cpu_busy_pct": cpu_busy}
     figures |= {f"module/{name}": s for name, s in modules.most_common()}
     figures |= {f"slowest/{name}": s for name, s in tests.most_common(10)}
     report(figures, tree)

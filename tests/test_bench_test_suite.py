@@ -1,0 +1,50 @@
+"""bench/bench_test_suite.py's parsing: pytest's durations, the worker count, coverage's report, CPU busy share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.bench_test_suite import PACKAGES, busy_share, coverage_figures, coverage_rc, durations, workers
+
+OUTPUT = """\
+============================= slowest durations =============================
+12.50s call     tests/a/test_x.py::test_one[p]
+2.00s setup    tests/a/test_x.py::test_one[p]
+0.50s teardown tests/a/test_x.py::test_one[p]
+3.00s call     tests/b/test_y.py::test_two
+ran on 2 parallel workers (pytest-xdist; -n 0 runs the tests in one process)
+3 passed in 20.00s
+"""
+
+
+def test_durations_sum_setup_call_and_teardown_per_test_and_module() -> None:
+    modules, tests = durations(OUTPUT)
+    assert tests["tests/a/test_x.py::test_one[p]"] == pytest.approx(15.0)
+    assert modules == {"tests/a/test_x.py": pytest.approx(15.0), "tests/b/test_y.py": pytest.approx(3.0)}
+
+
+def test_workers_come_from_the_suites_summary_line_and_default_to_one() -> None:
+    assert workers(OUTPUT) == 2.0
+    assert workers("3 passed in 2.0s") == 1.0
+
+
+def test_coverage_figures_total_and_per_package(tmp_path: Path) -> None:
+    report = {"totals": {"num_statements": 30, "covered_lines": 15, "percent_covered": 50.0},
+              "files": {str(tmp_path / "agentrl_core" / "a.py"): {"summary": {"num_statements": 20, "covered_lines": 15}},
+                        str(tmp_path / "tasks" / "b.py"): {"summary": {"num_statements": 10, "covered_lines": 0}}}}
+    figures = coverage_figures(report, tmp_path)
+    assert figures["line_coverage_pct"] == 50.0 and figures["agentrl_core/line_coverage_pct"] == 75.0
+    assert figures["tasks/lines_total"] == 10 and figures["flows/lines_total"] == 0
+
+
+def test_the_coverage_configuration_measures_every_process(tmp_path: Path) -> None:
+    rc = coverage_rc(tmp_path / ".coverage", tmp_path)
+    assert "patch = subprocess" in rc and "parallel = true" in rc and "sigterm = true" in rc
+    assert all(str(tmp_path / p) in rc for p in PACKAGES)
+
+
+def test_busy_share_is_the_busy_part_of_the_cpu_time_between_two_readings() -> None:
+    assert busy_share((100.0, 400.0), (250.0, 600.0)) == pytest.approx(75.0)
+    assert busy_share((0.0, 0.0), (0.0, 0.0)) == 0.0
