@@ -37,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.record_command import pytest_figures  # noqa: E402
-from bench.recording import ROOT, current, run_recorded, split_record_args  # noqa: E402
+from bench.record_command import pytest_figures, run_teed  # noqa: E402
+from bench.recording import ROOT, current, git_state, run_recorded, split_record_args  # noqa: E402
 
 PACKAGES = ("agentrl_core", "flows", "tasks", "agentrl")
 """What line coverage is measured over: the core library, the flows, the tasks and the CLI."""
@@ -92,24 +92,16 @@ def coverage_figures(report: dict, tree: Path) -> dict[str, float]:
 
 
 def git_fields(tree: Path) -> dict:
-    """The measured tree's revision and whether its tracked files differ from it."""
-    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True, check=True)
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=tree,
-                            capture_output=True, text=True, check=True)
-    return {"git_revision": rev.stdout.strip(), "git_dirty": bool(status.stdout.strip()), "tree": str(tree)}
+    """The measured tree's revision and whether its tracked files differ from it (recorded over this checkout's)."""
+    revision, dirty = git_state(tree)
+    return {"git_revision": revision, "git_dirty": dirty, "tree": str(tree)}
 
 
 def run_pytest(args: list[str], tree: Path, env: dict[str, str]) -> tuple[int, str]:
-    """pytest in `tree` with this venv, its console passed through as it comes and kept."""
+    """pytest in `tree` with this venv, its console passed through and kept."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
     print("$ " + " ".join(shlex.quote(a) for a in command), flush=True)
-    proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    lines = []
-    for raw in proc.stdout:
-        sys.stdout.buffer.write(raw)
-        sys.stdout.flush()
-        lines.append(raw.decode("utf-8", errors="replace"))
-    return proc.wait(), "".join(lines)
+    return run_teed(command, tree, env)
 
 
 def tree_env(tree: Path) -> dict[str, str]:

@@ -81,6 +81,19 @@ def json_figures(data: dict[str, Any], keys: list[str] | None) -> tuple[dict[str
             {k: v for k, v in leaves.items() if isinstance(v, str)})
 
 
+def run_teed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """(exit status, console) of `command`, its output passed through as it comes and kept for the figures.
+    A command started from a background job would inherit SIGINT ignored; it runs as it would in a terminal."""
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines = []
+    for raw in proc.stdout:
+        sys.stdout.buffer.write(raw)
+        sys.stdout.flush()
+        lines.append(raw.decode("utf-8", errors="replace"))
+    return proc.wait(), "".join(lines)
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pytest", action="store_true", help="take pytest's closing counts as figures")
@@ -98,22 +111,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main() -> int:
     args = parse(sys.argv[1:])
     start = time.perf_counter()
-    # a command started from a background job inherits SIGINT ignored; it runs as it would in a terminal
-    proc = subprocess.Popen(args.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    lines = []
-    for raw in proc.stdout:  # passed through as it comes, kept for the figures
-        sys.stdout.buffer.write(raw)
-        sys.stdout.flush()
-        lines.append(raw.decode("utf-8", errors="replace"))
-    status = proc.wait()
+    status, output = run_teed(args.command, ROOT)
     wall = time.perf_counter() - start
     if status and not args.allow_failure:
         print(f"[record] the command exited with status {status}: not recorded (--allow-failure records it)")
         return status
     figures = {"wall_s": wall, "wall_min": wall / 60, "exit_status": float(status)}
     if args.pytest:
-        figures |= pytest_figures("".join(lines))
+        figures |= pytest_figures(output)
     texts: dict[str, str] = {}
     if args.json_figures:
         numbers, texts = json_figures(json.loads((ROOT / args.json_figures).read_text()),

@@ -153,11 +153,11 @@ def command_line(argv: list[str]) -> str:
     return " ".join([*env, python_shown, script_shown, *(shlex.quote(a) for a in argv[1:])])
 
 
-def git_state() -> tuple[str | None, bool | None]:
-    """(HEAD's commit, whether tracked files differ from it); (None, None) outside a git checkout."""
+def git_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
+    """(HEAD's commit, whether tracked files differ from it) of the checkout at `root`; (None, None) outside one."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                 capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None, None

@@ -83,8 +83,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: one worker more than the usable cores, as many as the memory holds (WORKER_MEMORY_GIB each).
 
     Many tests wait on what they started (a server booting, a Ray node found dead, a run reaching a phase):
-    with one worker per core the CPUs were 91% busy (bench/results/test_suite.json); the extra worker fills
-    those waits."""
+    with one worker per core the CPUs were 91% busy over the suite (17.2 min on 2 cores), with one more 99%
+    (16.7 min, bench/results/test_suite.json): the extra worker fills those waits."""
     from agentrl_core.system.machine_info import usable_cores
 
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
