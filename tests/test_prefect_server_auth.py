@@ -27,13 +27,18 @@ def test_a_credential_the_user_set_is_the_one_the_server_requires(monkeypatch):
 def run_api(tmp_path_factory):
     """`local_prefect_api()` with no Prefect server configured (so it starts one, as `agentrl run` does), its
     database in a folder of its own: (API url, the server's pid, that folder)."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+    from prefect.settings import (PREFECT_API_URL, PREFECT_HOME, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+                                  temporary_settings)
+
+    from agentrl.prefect_env import STARTUP_TIMEOUT_S
 
     home = tmp_path_factory.mktemp("prefect-home")
     before = set(child_processes.tracked_pids())
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(prefect_server.CLIENT_AUTH_ENV, raising=False)
-        with temporary_settings(updates={PREFECT_HOME: home}, restore_defaults={PREFECT_API_URL}):
+        # the start-up time `agentrl run` allows (Prefect's own 20 s ran out on a busy 2-core machine)
+        updates = {PREFECT_HOME: home, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: STARTUP_TIMEOUT_S}
+        with temporary_settings(updates=updates, restore_defaults={PREFECT_API_URL}):
             with prefect_server.local_prefect_api() as url:
                 (pid,) = set(child_processes.tracked_pids()) - before
                 yield url, pid, home

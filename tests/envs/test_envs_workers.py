@@ -28,16 +28,27 @@ class SoloBoom(Boom):
 
 
 class SlowSolo(Boom):
-    """A dedicated-worker env whose construction takes 0.3 s and logs when it begins and ends."""
+    """A dedicated-worker env whose construction logs when it begins and ends, and in between waits (up to
+    PARTNER_WAIT_S) for the partner it would run beside if two start at once: the k-th construction to begin
+    waits until 2·ceil(k/2) have begun. Two at once meet at once; one at a time (a start limit of 1) waits out
+    the time, so the log shows one; three or more at once show as more. A fixed sleep instead only overlaps when
+    the machine spawns the worker processes in step, which a busy machine does not."""
 
     name = "slowsolo"
     dedicated_worker = True
+    PARTNER_WAIT_S = 3.0
 
     def __init__(self, log: str | None = None) -> None:
         super().__init__(log)
         self._write(f"begin {time.monotonic()}")
-        time.sleep(0.3)
+        begun = self._begun()
+        deadline = time.monotonic() + self.PARTNER_WAIT_S
+        while self._begun() < 2 * -(-begun // 2) and time.monotonic() < deadline:
+            time.sleep(0.02)
         self._write(f"end {time.monotonic()}")
+
+    def _begun(self) -> int:
+        return sum(line.startswith("begin") for line in Path(self.log).read_text().splitlines()) if self.log else 0
 
 
 class ShopBoom(Boom):

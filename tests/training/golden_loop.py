@@ -30,9 +30,18 @@ OVERRIDES = ["trainer.steps=3", "trainer.save_every=3", "trainer.seed=0", "rollo
 EXACT = ("reward_mean", "success_rate", "response_length", "episode_tokens", "turns_mean", "samples_trained",
          "samples_backpropagated", "groups_with_signal", "invalid_action_rate", "mini_batches")
 """Metrics that count or average discrete outcomes: equal to the golden run exactly."""
-CLOSE = ("loss", "pg_loss", "grad_norm", "entropy", "clipfrac", "adv_abs_mean", "rollout_logp_diff",
-         "shaped_reward_mean")
-"""Float metrics of the update: equal within a relative 1e-4 (another CPU rounds its kernels differently)."""
+CLOSE = ("loss", "pg_loss", "grad_norm", "entropy", "clipfrac", "adv_abs_mean", "shaped_reward_mean")
+"""Float metrics of the update: equal within a relative REL (another CPU rounds its kernels differently)."""
+REL = 3e-3
+"""Relative tolerance of CLOSE metrics and of the weights' fingerprint. Another CPU rounds its float32 kernels
+differently, and this run amplifies that by design: its advantages normalise a spread of returns of ~1e-3 (the
+KL in the reward) by its std, and pg_loss is a cancelled sum of terms ~1000x its size. Measured on an AVX2 CPU
+(AMD EPYC family 25 model 1) against the recording's AVX-512 one: at most 6.2e-4 on the metrics (pg_loss at
+step 2; advantages 3.4e-4 at step 3) and 7.9e-4 on the weights. A change of formula moves these by percents."""
+NOISE = {"rollout_logp_diff": 1e-5}
+"""Metrics that are float32 rounding themselves, with their bound: the engine's and the trainer's log-probs of the
+same tokens differ only by how each kernel rounds (~4e-7 here), so the value is compared with a bound, not with
+the golden run's (an AVX2 CPU gave 4.8e-7 where the recording's AVX-512 one gave 3.6e-7)."""
 
 
 def run(model: Path, env_url: str, root: Path) -> dict[str, Any]:
@@ -45,7 +54,7 @@ def run(model: Path, env_url: str, root: Path) -> dict[str, Any]:
     cfg = load_recipe("household_gigpo", [f"model.name={model}", f"run.root={root}", *OVERRIDES])
     result = train_grpo(cfg, init_model=model, env_url=env_url, stage_dir=root / "grpo")
     lines = [json.loads(x) for x in (root / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    steps = [{k: m[k] for k in (*EXACT, *CLOSE) if k in m} for m in lines]
+    steps = [{k: m[k] for k in (*EXACT, *CLOSE, *NOISE) if k in m} for m in lines]
     weights = load_file(str(Path(result.checkpoint) / "model" / "model.safetensors"))
     return {"steps": steps, "weights": fingerprint(weights)}
 
