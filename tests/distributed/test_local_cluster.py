@@ -23,6 +23,11 @@ from agentrl_core.errors import ConfigError
 from agentrl_core.web.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+NODE_DEATH_CHECKS = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "1000",
+                     "RAY_health_check_timeout_ms": "5000", "RAY_health_check_failure_threshold": "5"}
+"""Ray's GCS health checks of the nodes, for the test's cluster: a killed node is declared dead after about
+5 s (five refused checks a second apart) instead of Ray's ~15-20 s (every 3 s, five times, after 5 s), while
+a live node on a busy machine still gets 5 s to answer each check."""
 
 
 def test_node_specs_and_the_arguments_of_each_node() -> None:
@@ -142,11 +147,13 @@ def _drive(model: Path, root: Path, record: lc.ClusterState, *kill: str) -> tupl
 @pytest.mark.slow
 @pytest.mark.ray
 def test_a_run_on_a_cluster_is_placed_by_resources_keeps_strangers_out_and_survives_its_nodes(
-        tiny_model_path: Path, tmp_path: Path) -> None:
+        tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Placement, strangers and secrets; a rollout node killed mid-run (the run goes on, its worker re-placed);
     the trainer's node killed (the run stops saying so, and the same run resumes once a trainer node is back,
     losing no more than one checkpoint interval); `stop` leaves nothing."""
     pytest.importorskip("ray")
+    for name, value in NODE_DEATH_CHECKS.items():  # the nodes inherit them (local_cluster.node_environment)
+        monkeypatch.setenv(name, value)
     state = tmp_path / "cluster"
     nodes = [lc.NodeSpec("trainer", 1), lc.NodeSpec("rollout", 1), lc.NodeSpec("rollout", 1)]
     record = lc.start(state, nodes, port=free_port())
