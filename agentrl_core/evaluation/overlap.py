@@ -8,7 +8,8 @@ level, the test tasks whose key some training task also has:
     shared(level) = |{t ∈ test : key_level(t) ∈ {key_level(u) : u ∈ train}}|
 
 Levels, coarse to fine — a fair held-out task shares at most its *kind* with training:
-- math: `arithmetic` (the worked steps, e.g. ("10 + 19 = 29",)), `story` (the question text);
+- math: `arithmetic` (the facts of the worked steps, e.g. (("+", 10, 19),): 19 + 10 is the same fact),
+  `story` (the question text);
 - household: `goal` (the goal sentence alone, "put a clean mug in cabinet 2"), `scene` (rooms,
   receptacles, objects and where they start), `scene with goal` (the whole task);
 - alfworld (the generated games; official data is not checked): `goal` (task type, object kind,
@@ -48,13 +49,13 @@ class LevelOverlap:
 
 def math_keys(kwargs: dict[str, Any]) -> ContentKeys:
     """Content keys of the `math` env built with `kwargs` (its difficulty decides the problems)."""
-    from agentrl_core.envs.math_word import MathWord, make_problem
+    from agentrl_core.envs.math_word import MathWord, facts, make_problem
 
     level = MathWord(**kwargs).difficulty
 
     def keys(task_id: int) -> dict[str, Hashable]:
         problem = make_problem(task_id, level)
-        return {"arithmetic": problem.steps, "story": problem.question}
+        return {"arithmetic": facts(problem), "story": problem.question}
     return keys
 
 

@@ -43,14 +43,25 @@ def eval_rows(evals: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+BEST = "-best"
+"""Suffix of a stage's best validated checkpoint ("grpo-best"): compared with what its stage started from."""
+
+
 def comparisons(evals: Mapping[str, Mapping[str, Any]]) -> list[Comparison]:
-    """Each model against the one before it (base → SFT → GRPO), and the last against the first, on the
-    tasks both were scored on; models without per-task results are skipped."""
+    """Each model against the one before it (base → SFT → GRPO), the last against the first, and a stage's
+    best validated checkpoint ("grpo-best") against the model its stage started from, on the tasks both
+    were scored on; models without per-task results are skipped."""
     named = [(label, {int(t): float(v) for t, v in s.get("task_success", {}).items()}) for label, s in evals.items()]
     named = [(label, per_task) for label, per_task in named if per_task]
-    pairs = list(zip(named[1:], named[:-1]))
-    if len(named) > 2:
-        pairs.append((named[-1], named[0]))
+    chain = [item for item in named if not item[0].endswith(BEST)]
+    pairs = list(zip(chain[1:], chain[:-1]))
+    if len(chain) > 2:
+        pairs.append((chain[-1], chain[0]))
+    labels = [label for label, _ in chain]
+    for best in (item for item in named if item[0].endswith(BEST)):
+        stage = best[0][:-len(BEST)]
+        if stage in labels and labels.index(stage) > 0:
+            pairs.append((best, chain[labels.index(stage) - 1]))
     out = []
     for (a, ta), (b, tb) in pairs:
         if set(ta) & set(tb):

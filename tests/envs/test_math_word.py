@@ -8,7 +8,9 @@ from fractions import Fraction
 import pytest
 
 from agentrl_core.envs import check_env, env_class, make
-from agentrl_core.envs.math_word import TEST_IDS, TRAIN_IDS, MathWord, Problem, extract_answer, make_problem
+from agentrl_core.envs.math_word import (TEST_IDS, TRAIN_IDS, Difficulty, MathWord, Problem, extract_answer, facts,
+                                         make_problem)
+from agentrl_core.envs.partition import content_part
 from agentrl_core.errors import ResetNeededError, TaskNotFoundError
 
 PROBLEM = Problem("Tavik has 12 moonpebbles. Tavik finds 5 more moonpebbles. How many?", 17, ("12 + 5 = 17",))
@@ -54,6 +56,18 @@ def test_problems_vary() -> None:
     ops = {s.split()[1] for p in problems for s in p.steps}
     assert ops == {"+", "-", "*", "/"}
     assert {len(p.steps) for p in problems} == {1, 2, 3}
+
+
+@pytest.mark.parametrize("level", [Difficulty(), Difficulty(1, 1, 20, 100)], ids=["default", "one-step"])
+def test_test_problems_share_no_fact_with_training_problems(level: Difficulty) -> None:
+    """Held out in content: every fact of a test problem is a test fact, no fact of a training problem is."""
+    test = [make_problem(t, level) for t in TEST_IDS[:300]]
+    train = [make_problem(t, level) for t in TRAIN_IDS[:1500]]
+    assert all(content_part(f) == "test" for p in test for f in facts(p))
+    assert all(content_part(f) == "train" for p in train for f in facts(p))
+    assert not {f for p in test for f in facts(p)} & {f for p in train for f in facts(p)}
+    lengths = lambda problems: sorted({len(p.steps) for p in problems})  # noqa: E731
+    assert lengths(test) == lengths(train)  # redrawing keeps every story length in the test split
 
 
 @pytest.mark.parametrize("task_id", [-1, 5500, 10**9])

@@ -122,3 +122,18 @@ def test_summaries_carry_the_interval_and_per_task_rates():
     assert s.task_success[3] == 1.0 and s.task_success[4] == 0.0
     back = type(s).from_dict(s.to_dict())
     assert back == s
+
+
+def test_a_best_validated_checkpoint_is_compared_with_its_stage_start() -> None:
+    from agentrl_core.evaluation.report import comparisons
+
+    def scored(wins: int) -> dict:
+        return {"task_success": {t: float(t < wins) for t in range(40)}}
+
+    evals = {"base": scored(0), "sft": scored(10), "grpo": scored(20), "grpo-best": scored(30)}
+    names = [(c.a, c.b) for c in comparisons(evals)]
+    assert names == [("sft", "base"), ("grpo", "sft"), ("grpo", "base"), ("grpo-best", "sft")]
+    (best,) = [c for c in comparisons(evals) if c.a == "grpo-best"]
+    assert best.diff == 0.5 and best.n == 40  # 30 of 40 against the SFT start's 10
+    no_best = [(c.a, c.b) for c in comparisons({"base": scored(0), "sft-best": scored(5)})]
+    assert no_best == []  # a best checkpoint of a first stage has no start scored: nothing to compare

@@ -7,7 +7,10 @@ from agentrl_core.envs.math_word.env import (
     MathWord,
     Problem,
     extract_answer,
+    fact_key,
+    facts,
     make_problem,
 )
 
-__all__ = ["TEST_IDS", "TRAIN_IDS", "Difficulty", "MathWord", "Problem", "extract_answer", "make_problem"]
+__all__ = ["TEST_IDS", "TRAIN_IDS", "Difficulty", "MathWord", "Problem", "extract_answer", "fact_key", "facts",
+           "make_problem"]

@@ -8,6 +8,12 @@ bounds, e.g. `env.kwargs: {max_ops: 1, max_stated: 20, max_count: 100}` for one-
 The model replies with free text; the LAST `#### n` counts ("#### 1,200." reads as 1200). Every
 reply is one attempt: correct -> reward 1.0 and the episode ends; a wrong number -> "Not quite.
 Try again." (the answer is never revealed) until `max_attempts` are used, then reward 0.0.
+
+Held out in content: the test split shares no arithmetic fact with the training split. Each fact
+("a op b", operands sorted for + and *, so 10 + 19 and 19 + 10 are one fact) falls in one part of the
+fact space (`envs.partition.content_part`); a test id redraws its story until every step's fact is a
+test fact, a train id until none is. The number of operations is drawn first and kept, so the
+redrawing does not make test stories shorter than training ones.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from agentrl_core.envs.base import Env, StepResult
+from agentrl_core.envs.partition import content_part
 from agentrl_core.envs.registry import register
 from agentrl_core.errors import ResetNeededError, TaskNotFoundError
 
@@ -27,6 +34,7 @@ TRAIN_IDS = range(0, 5000)
 TEST_IDS = range(5000, 5500)
 MAX_STATED = 100  # largest number written in a story
 MAX_COUNT = 1000  # largest intermediate count, so multiplications stay readable
+MAX_DRAWS = 20_000  # stories drawn for one id before giving up (a 3-step test story needs ~8**3 on average)
 FORMAT_HINT = "End your reply with '#### <number>', e.g. '#### 42'."
 # `####`, optional sign and $, digits with optional thousands commas, optional decimals; a trailing
 # period ("#### 17.") is left out of the match because a decimal point needs digits after it.
@@ -57,8 +65,8 @@ class Problem:
 class Difficulty:
     """Knobs of the generator: how many operations a story has, and how large its numbers get.
 
-    The defaults are the original generator's (tasks are the same ids -> the same stories);
-    other settings give other stories for the same ids, still deterministic.
+    Other settings give other stories for the same ids, still deterministic (the defaults keep the
+    original seeds; the stories changed once, when the fact space was split between train and test).
     """
 
     min_ops: int = 1
@@ -148,24 +156,47 @@ def _next_op(rng: random.Random, story: _Story) -> None:
         s.apply("/", k, f"{s.name} splits the {s.obj} into {k} equal piles and keeps one pile.")
 
 
+def fact_key(step: str) -> tuple[str, int, int]:
+    """The arithmetic fact of a worked step "a op b = c": (op, a, b), with a <= b for + and * (commutative)."""
+    a, op, b = step.split(" = ")[0].split(" ")
+    x, y = int(a), int(b)
+    return (op, min(x, y), max(x, y)) if op in "+*" else (op, x, y)
+
+
+def facts(problem: Problem) -> tuple[tuple[str, int, int], ...]:
+    """The facts of a problem's worked steps, in order: its arithmetic content (what a test must not share)."""
+    return tuple(fact_key(step) for step in problem.steps)
+
+
+def _draw_story(rng: random.Random, level: Difficulty, ops: int) -> Problem:
+    """One random story with `ops` operations at difficulty `level`."""
+    name, friend = rng.sample(_NAMES, 2)
+    story = _Story(name, friend, rng.choice(_OBJECTS), 0, [], [], level)
+    left = ops - _open(rng, story, ops)
+    for _ in range(left):
+        _next_op(rng, story)
+    question = " ".join(story.sentences) + f" How many {story.obj} does {name} have now?"
+    return Problem(question, story.count, tuple(story.steps))
+
+
 @lru_cache(maxsize=8192)
 def make_problem(task_id: int, level: Difficulty = Difficulty()) -> Problem:
     """The problem of `task_id` at difficulty `level` (a seeded RNG per id, so the same id always gives
-    the same story)."""
+    the same story); a test id's facts are all test facts, a train id's none (module docstring)."""
     if task_id not in TRAIN_IDS and task_id not in TEST_IDS:
         raise TaskNotFoundError(
             f"math has no task {task_id}: train ids are [{TRAIN_IDS.start}, {TRAIN_IDS.stop}), "
             f"test ids are [{TEST_IDS.start}, {TEST_IDS.stop})"
         )
     rng = random.Random(f"math-word-v1:{task_id}{level.seed_tag}")
-    name, friend = rng.sample(_NAMES, 2)
-    story = _Story(name, friend, rng.choice(_OBJECTS), 0, [], [], level)
+    want = "test" if task_id in TEST_IDS else "train"
     ops = rng.randint(level.min_ops, level.max_ops)
-    ops -= _open(rng, story, ops)
-    for _ in range(ops):
-        _next_op(rng, story)
-    question = " ".join(story.sentences) + f" How many {story.obj} does {name} have now?"
-    return Problem(question, story.count, tuple(story.steps))
+    for _ in range(MAX_DRAWS):
+        problem = _draw_story(rng, level, ops)
+        if all(content_part(fact) == want for fact in facts(problem)):
+            return problem
+    raise RuntimeError(f"math: no {ops}-step story of the {want} facts for task {task_id} in {MAX_DRAWS} draws "
+                       f"at {level}")
 
 
 # -- reading a reply ------------------------------------------------------------------------------
