@@ -95,9 +95,13 @@ def ray_runtime(cfg: DistributedConfig, cpus_needed: float) -> Iterator[None]:
 
 
 def _start_local(ray: Any, cfg: DistributedConfig, cpus_needed: float, root: str) -> None:
-    """ray.init of a local Ray: 127.0.0.1 only, no dashboard, its session under `root`."""
+    """ray.init of a local Ray: 127.0.0.1 only, no dashboard, its session under `root`.
+
+    address="local": a Ray of the run's own, always. With no address, ray.init joins the cluster RAY_ADDRESS
+    names, or any Ray it finds running on the machine (another run's, a user's `ray start`), where the run's
+    token is refused (a cluster is joined only through distributed.ray_address)."""
     store = cfg.object_store_mb * 1024**2 if cfg.object_store_mb else None
-    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=store, _temp_dir=root,
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=store, _temp_dir=root,
              num_cpus=max(os.cpu_count() or 1, int(-(-cpus_needed // 1))))
     log.info("started a local Ray on 127.0.0.1 (token authentication, session under %s): %s",
              root, ray.cluster_resources())

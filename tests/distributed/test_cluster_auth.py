@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 from agentrl_core.config import DistributedConfig
 from agentrl_core.distributed.cluster import AUTH_MODE_ENV, AUTH_TOKEN_ENV, ray_runtime
+from agentrl_core.web.ports import free_port
 
 STRANGER_S = 90.0
 """Bound on one stranger's attempt (a refusal takes a few seconds: Ray retries the GCS twice, below)."""
@@ -48,12 +49,14 @@ def _outcome(proc: subprocess.Popen[str]) -> tuple[int, str]:
 def local_ray(tmp_path_factory):
     """A local Ray as a run starts it, HOME pointed at an empty folder to see what Ray writes there, and
     the user's RAY_AUTH_MODE=disabled (meant for their other clusters) in the environment: (GCS address,
-    the run's token, that HOME)."""
+    the run's token, that HOME). RAY_ADDRESS names another cluster (nothing listens there): the run's Ray is
+    its own all the same, never one it would find and join."""
     home = tmp_path_factory.mktemp("home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(home))
         mp.delenv(AUTH_TOKEN_ENV, raising=False)
         mp.setenv(AUTH_MODE_ENV, "disabled")
+        mp.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")
         with ray_runtime(DistributedConfig(backend="ray", object_store_mb=100), cpus_needed=1):
             session = Path(ray._private.worker._global_node.get_session_dir_path())
             yield ray.get_runtime_context().gcs_address, os.environ[AUTH_TOKEN_ENV], home
