@@ -37,8 +37,12 @@ def test_recipe_trains_two_steps(name: str, tiny_model_path: Path, env_server_ur
     assert result.steps == 2 and Path(result.checkpoint).name.endswith("2")
     recorded = json.loads((tmp_path / "grpo" / "algorithm.json").read_text())  # what the numbers came from
     assert recorded == json.loads(cfg.algorithm.model_dump_json())
-    lines = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [1, 2]
+    logged = [json.loads(x) for x in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    validated = bool(cfg.trainer.val_every)  # a recipe that validates logs its check before step 1 as step 0
+    assert [m["step"] for m in logged] == [0, 1, 2] if validated else [1, 2]
+    if validated:
+        assert "val/success_rate" in logged[0] and "val/success_rate" in logged[-1]  # before step 1 and at the last
+    lines = [m for m in logged if m["step"] > 0]
     for m in lines:
         assert all(math.isfinite(v) for v in m.values() if isinstance(v, float)), m
         if cfg.algorithm.dynamic_sampling:  # a random tiny model rarely gets a group with reward spread
