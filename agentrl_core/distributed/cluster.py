@@ -101,8 +101,8 @@ def _start_local(ray: Any, cfg: DistributedConfig, cpus_needed: float, root: str
     names, or any Ray it finds running on the machine (another run's, a user's `ray start`), where the run's
     token is refused (a cluster is joined only through distributed.ray_address)."""
     store = cfg.object_store_mb * 1024**2 if cfg.object_store_mb else None
-    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=store, _temp_dir=root,
-             num_cpus=max(os.cpu_count() or 1, int(-(-cpus_needed // 1))))
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=store,
+             _temp_dir=root, num_cpus=max(os.cpu_count() or 1, int(-(-cpus_needed // 1))))
     log.info("started a local Ray on 127.0.0.1 (token authentication, session under %s): %s",
              root, ray.cluster_resources())
 
