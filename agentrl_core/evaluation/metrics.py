@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from agentrl_core.evaluation.stats import format_rate, wilson_interval
@@ -41,6 +42,8 @@ class EpisodeResult:
     success: bool
     steps: int
     error: str | None = None  # set when the episode failed for a reason outside the model
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """The environment's episode metrics (shares in [0, 1], envs.episode_metrics); {} when it reports none."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,11 @@ class EvalSummary:
     success_low: float | None = None
     """95% Wilson interval of the success rate, over the `len(task_success)` scored tasks (see `summarize`)."""
     success_high: float | None = None
+    metrics: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
+    """Per episode metric: {"mean", "low", "high", "n"}, its mean over the scored episodes that report it and
+    the 95% Wilson interval over the n tasks they cover (as for success)."""
+    task_metrics: dict[str, dict[int, float]] = field(default_factory=dict)
+    """Per episode metric: task id -> its mean over the task's scored samples (what paired comparisons use)."""
 
     @property
     def n_scored_tasks(self) -> int:
@@ -76,6 +84,7 @@ class EvalSummary:
         data["pass_at_k"] = {str(j): v for j, v in self.pass_at_k.items()}
         data["pass_at_k_tasks"] = {str(j): v for j, v in self.pass_at_k_tasks.items()}
         data["task_success"] = {str(t): v for t, v in self.task_success.items()}
+        data["task_metrics"] = {m: {str(t): v for t, v in per.items()} for m, per in self.task_metrics.items()}
         return data
 
     @classmethod
@@ -85,6 +94,8 @@ class EvalSummary:
         fields["pass_at_k"] = {int(j): v for j, v in data["pass_at_k"].items()}
         fields["pass_at_k_tasks"] = {int(j): v for j, v in data.get("pass_at_k_tasks", {}).items()}
         fields["task_success"] = {int(t): v for t, v in data.get("task_success", {}).items()}
+        fields["task_metrics"] = {m: {int(t): v for t, v in per.items()}
+                                  for m, per in data.get("task_metrics", {}).items()}
         return cls(**fields)
 
 
@@ -150,7 +161,29 @@ def summarize(results: list[EpisodeResult], k: int | None = None) -> EvalSummary
         task_success=per_task,
         success_low=low,
         success_high=high,
+        **episode_metric_summary(by_task),
     )
+
+
+def episode_metric_summary(by_task: dict[int, list[EpisodeResult]]) -> dict[str, dict]:
+    """{"metrics", "task_metrics"} of the scored episodes' metrics (see EvalSummary).
+
+    For metric m: per task, the mean of m over its scored samples that report m; `mean` the mean over
+    those episodes; the 95% Wilson interval over the n tasks (m is a share in [0, 1], so mean · n plays
+    the successes, as in `summarize`).
+    """
+    names = sorted({m for eps in by_task.values() for e in eps if e.error is None for m in e.metrics})
+    metrics, task_metrics = {}, {}
+    for name in names:
+        values = {t: [e.metrics[name] for e in eps if e.error is None and name in e.metrics]
+                  for t, eps in sorted(by_task.items())}
+        per_task = {t: sum(v) / len(v) for t, v in values.items() if v}
+        episodes = [x for v in values.values() for x in v]
+        mean = sum(episodes) / len(episodes)
+        low, high = wilson_interval(mean * len(per_task), len(per_task))
+        metrics[name] = {"mean": mean, "low": low, "high": high, "n": len(per_task)}
+        task_metrics[name] = per_task
+    return {"metrics": metrics, "task_metrics": task_metrics}
 
 
 def _task_success(by_task: dict[int, list[EpisodeResult]]) -> dict[int, float]:
@@ -183,9 +216,24 @@ def summary_rows(rows: dict[str, EvalSummary]) -> list[dict]:
             "mean_steps": _rounded(s.mean_steps, 2),
             "n_tasks": s.n_tasks,
             "n_errors": s.n_errors,
+            **_metric_columns(s),
         }
         for name, s in rows.items()
     ]
+
+
+def _metric_columns(s: EvalSummary) -> dict[str, float | None]:
+    """{m, m_ci_low, m_ci_high} for each episode metric m of one summary."""
+    out: dict[str, float | None] = {}
+    for name, m in s.metrics.items():
+        out |= {name: _rounded(m["mean"]), f"{name}_ci_low": _rounded(m["low"]), f"{name}_ci_high": _rounded(m["high"])}
+    return out
+
+
+def metric_text(s: EvalSummary, name: str) -> str:
+    """An episode metric as "12.5% [3.5, 36.0] n=16"; "n/a" where the summary has none."""
+    m = s.metrics.get(name)
+    return "n/a" if m is None else format_rate(m["mean"], m["low"], m["high"], int(m["n"]))
 
 
 def _cells(rows: dict[str, EvalSummary]) -> tuple[list[str], list[list[str]]]:
@@ -200,9 +248,11 @@ def _cells(rows: dict[str, EvalSummary]) -> tuple[list[str], list[list[str]]]:
     def num(value: float | None, digits: int) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"
 
-    header = ["model", "success [95% CI] n", "pass@1", pass_k, "mean reward", "mean steps", "errors"]
+    extra = sorted({m for s in rows.values() for m in s.metrics})  # the environments' episode metrics
+    header = ["model", "success [95% CI] n", *(f"{m} [95% CI] n" for m in extra), "pass@1", pass_k,
+              "mean reward", "mean steps", "errors"]
     body = [
-        [name, s.success_text(), pct(s.pass_at_k.get(1)),
+        [name, s.success_text(), *(metric_text(s, m) for m in extra), pct(s.pass_at_k.get(1)),
          pct(s.pass_at_k.get(s.k)) + (f" (k={s.k})" if mixed else ""),
          num(s.mean_reward, 3), num(s.mean_steps, 1), str(s.n_errors)]
         for name, s in rows.items()

@@ -39,8 +39,17 @@ def eval_rows(evals: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
                      "pass@1": round(float(pak.get(1, pak.get("1", s["success_rate"]))), 4),
                      "pass@k": round(float(pak.get(k, pak.get(str(k), 0.0))), 4), "k": k,
                      "mean_reward": round(s["mean_reward"], 4), "mean_steps": round(s["mean_steps"], 3),
-                     "n_errors": s.get("n_errors", 0), "n_tasks": s.get("n_tasks", 0)})
+                     "n_errors": s.get("n_errors", 0), "n_tasks": s.get("n_tasks", 0), **_metric_cells(s)})
     return rows
+
+
+def _metric_cells(s: Mapping[str, Any]) -> dict[str, Any]:
+    """Per episode metric m: "m [95% CI] n" (text) and m, m_ci_low, m_ci_high (numbers)."""
+    out: dict[str, Any] = {}
+    for name, m in s.get("metrics", {}).items():
+        out[f"{name} [95% CI] n"] = format_rate(m["mean"], m["low"], m["high"], int(m["n"]))
+        out |= {name: round(m["mean"], 4), f"{name}_ci_low": round(m["low"], 4), f"{name}_ci_high": round(m["high"], 4)}
+    return out
 
 
 BEST = "-best"
@@ -50,7 +59,8 @@ BEST = "-best"
 def comparisons(evals: Mapping[str, Mapping[str, Any]]) -> list[Comparison]:
     """Each model against the one before it (base → SFT → GRPO), the last against the first, and a stage's
     best validated checkpoint ("grpo-best") against the model its stage started from, on the tasks both
-    were scored on; models without per-task results are skipped."""
+    were scored on; models without per-task results are skipped. Each pair is compared on success and
+    then on every episode metric both report (e.g. BFCL's well_formed)."""
     named = [(label, {int(t): float(v) for t, v in s.get("task_success", {}).items()}) for label, s in evals.items()]
     named = [(label, per_task) for label, per_task in named if per_task]
     chain = [item for item in named if not item[0].endswith(BEST)]
@@ -66,6 +76,19 @@ def comparisons(evals: Mapping[str, Mapping[str, Any]]) -> list[Comparison]:
     for (a, ta), (b, tb) in pairs:
         if set(ta) & set(tb):
             out.append(compare(ta, tb, (a, b)))
+            out += _metric_comparisons(evals[a], evals[b], (a, b))
+    return out
+
+
+def _metric_comparisons(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str]) -> list[Comparison]:
+    """The pair compared on each episode metric both summaries carry, on the tasks both report it for."""
+    ma, mb = a.get("task_metrics", {}), b.get("task_metrics", {})
+    out = []
+    for metric in sorted(set(ma) & set(mb)):
+        ta = {int(t): float(v) for t, v in ma[metric].items()}
+        tb = {int(t): float(v) for t, v in mb[metric].items()}
+        if set(ta) & set(tb):
+            out.append(compare(ta, tb, names, metric=metric))
     return out
 
 
@@ -75,9 +98,11 @@ def comparison_lines(evals: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """A GitHub-style markdown table of the rows."""
-    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
-    return head + "".join("| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |\n" for r in rows)
+    """A GitHub-style markdown table of the rows (with a column per episode metric any row has)."""
+    metric_cols = sorted({c for r in rows for c in r if c.endswith(" [95% CI] n") and c not in COLUMNS})
+    cols = [*COLUMNS[:2], *metric_cols, *COLUMNS[2:]]
+    head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
+    return head + "".join("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |\n" for r in rows)
 
 
 def plot_curves(stage_dirs: Mapping[str, Path], rows: list[dict[str, Any]], out: Path) -> Path | None:

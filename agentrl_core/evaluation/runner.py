@@ -10,6 +10,7 @@ import torch
 
 from agentrl_core.config import EngineConfig, EvalConfig
 from agentrl_core.env_service import EnvClient, RemoteEnv
+from agentrl_core.envs.episode_metrics import EPISODE_METRICS
 from agentrl_core.evaluation.metrics import EpisodeResult, EvalSummary, summarize
 from agentrl_core.models import load_model, load_tokenizer, resolve_model
 from agentrl_core.models.chat import ChatFormat
@@ -22,7 +23,7 @@ ProgressCallback = Callable[[int, int], None]
 def episode_results(trajs: Sequence[Trajectory]) -> list[EpisodeResult]:
     """The evaluation view of trajectories."""
     return [EpisodeResult(task_id=t.task_id, sample=t.sample, reward=t.reward, success=t.success,
-                          steps=t.num_turns, error=t.error) for t in trajs]
+                          steps=t.num_turns, error=t.error, metrics=t.extra.get(EPISODE_METRICS, {})) for t in trajs]
 
 
 def _turn_progress(on_progress: ProgressCallback | None, sample: int, k: int, max_turns: int):

@@ -61,7 +61,8 @@ def mcnemar_exact_p(a_only: int, b_only: int) -> float:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Model `a` minus model `b` on the same `n` tasks: the difference of success rates and its 95% interval."""
+    """Model `a` minus model `b` on the same `n` tasks: the difference of success rates (or of the episode
+    metric `metric`) and its 95% interval."""
 
     a: str
     b: str
@@ -74,6 +75,8 @@ class Comparison:
     a_only: int | None = None
     """Tasks only `a` solved (binary outcomes), the discordant pairs McNemar counts."""
     b_only: int | None = None
+    metric: str = "success"
+    """What is compared: "success", or the name of an environment's episode metric (envs.episode_metrics)."""
 
     @property
     def verdict(self) -> str:
@@ -87,7 +90,8 @@ class Comparison:
     def text(self) -> str:
         """e.g. "grpo − sft: +12.5 points [4.1, 20.8] on 200 tasks (McNemar p = 0.003): grpo > sft"."""
         p = f", McNemar p = {self.p_value:.3g}" if self.p_value is not None else ""
-        return (f"{self.a} − {self.b}: {100 * self.diff:+.1f} points [{100 * self.low:+.1f}, {100 * self.high:+.1f}] "
+        what = "" if self.metric == "success" else f"{self.metric}: "
+        return (f"{what}{self.a} − {self.b}: {100 * self.diff:+.1f} points [{100 * self.low:+.1f}, {100 * self.high:+.1f}] "
                 f"on {self.n} tasks ({self.method}{p}): {self.verdict}")
 
     def to_dict(self) -> dict:
@@ -150,8 +154,9 @@ def _paired_t(d: list[float], z: float) -> tuple[float, float, float]:
 
 
 def compare(a: Mapping[int, float], b: Mapping[int, float], names: tuple[str, str] = ("A", "B"),
-            z: float = Z95) -> Comparison:
-    """Compare two models on the tasks both were scored on; `a`/`b` map task id -> success rate on that task."""
+            z: float = Z95, metric: str = "success") -> Comparison:
+    """Compare two models on the tasks both were scored on; `a`/`b` map task id -> success rate (or the
+    share `metric` names) on that task."""
     tasks = sorted(set(a) & set(b))
     if not tasks:
         raise ValueError(f"{names[0]} and {names[1]} share no scored task: compare models on the same tasks")
@@ -159,9 +164,9 @@ def compare(a: Mapping[int, float], b: Mapping[int, float], names: tuple[str, st
     if all(v in (0.0, 1.0) for v in xa + xb):
         theta, low, high, a_only, b_only = _newcombe_paired(xa, xb, z)
         return Comparison(names[0], names[1], len(tasks), theta, low, high, "paired Newcombe",
-                          mcnemar_exact_p(a_only, b_only), a_only, b_only)
+                          mcnemar_exact_p(a_only, b_only), a_only, b_only, metric=metric)
     mean, low, high = _paired_t([x - y for x, y in zip(xa, xb)], z)
-    return Comparison(names[0], names[1], len(tasks), mean, low, high, "paired t over tasks")
+    return Comparison(names[0], names[1], len(tasks), mean, low, high, "paired t over tasks", metric=metric)
 
 
 def format_rate(rate: float | None, low: float | None, high: float | None, n: int) -> str:

@@ -15,6 +15,7 @@ from agentrl_core.config import RecipeConfig
 from agentrl_core.experience.rollout_hooks import experience_specs
 from agentrl_core.grpo.executor import Executor
 from agentrl_core.rollout import EpisodeSpec, Trajectory
+from agentrl_core.envs.episode_metrics import EPISODE_METRICS
 from agentrl_core.rollout.episode import INVALID_ACTIONS
 from agentrl_core.rollout.r3l import r3l_metrics
 from agentrl_core.training.action_diversity import action_diversity
@@ -105,7 +106,16 @@ def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         "truncated_rate": sum(t.truncated for t in ok) / n,
         "errors": float(len(trajs) - len(ok)),
         "groups_with_signal": sum(spread.values()) / max(1, len(spread)),
-    } | action_diversity(ok) | invalid_action_rate(ok) | r3l_metrics(trajs)
+    } | action_diversity(ok) | invalid_action_rate(ok) | episode_metric_means(ok) | r3l_metrics(trajs)
+
+
+def episode_metric_means(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """{"episode/<m>": the mean of episode metric m (envs.episode_metrics) over the episodes reporting it}."""
+    values: dict[str, list[float]] = {}
+    for t in trajs:
+        for name, share in t.extra.get(EPISODE_METRICS, {}).items():
+            values.setdefault(name, []).append(share)
+    return {f"episode/{name}": sum(v) / len(v) for name, v in sorted(values.items())}
 
 
 def invalid_action_rate(trajs: Sequence[Trajectory]) -> dict[str, float]:

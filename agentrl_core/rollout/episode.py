@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agentrl_core.envs.base import Env, StepResult
+from agentrl_core.envs.episode_metrics import EPISODE_METRICS, check_episode_metrics
 from agentrl_core.envs.invalid_action import INVALID_ACTION
 from agentrl_core.errors import AgentRLError
 from agentrl_core.models.chat import ChatFormat
@@ -98,7 +99,11 @@ def advance(chat: ChatFormat, ep: Episode, gen: Generation | Exception, limits: 
     except (AgentRLError, OSError) as err:
         traj.error = f"step failed: {type(err).__name__}: {err}"
         return finish_episode(ep)
-    _record(traj, result)
+    try:
+        _record(traj, result)
+    except ValueError as err:  # an environment's malformed report is an error, not a silent zero
+        traj.error = f"step failed: the environment's info is malformed: {err}"
+        return finish_episode(ep)
     if result.terminated or result.truncated:
         return finish_episode(ep)
     _append_observation(chat, ep, result.observation, limits)
@@ -111,6 +116,8 @@ def _record(traj: Trajectory, result: StepResult) -> None:
     traj.terminated, traj.truncated = result.terminated, result.truncated
     if INVALID_ACTION in result.info:
         traj.extra[INVALID_ACTIONS] = traj.extra.get(INVALID_ACTIONS, 0) + bool(result.info[INVALID_ACTION])
+    if EPISODE_METRICS in result.info:  # the latest report describes the episode so far
+        traj.extra[EPISODE_METRICS] = check_episode_metrics(result.info[EPISODE_METRICS])
 
 
 def _append_observation(chat: ChatFormat, ep: Episode, observation: str, limits: LoopLimits) -> None:

@@ -428,6 +428,57 @@ def test_failed_calls_and_wrong_state_score_zero(bfcl) -> None:
     assert last.info["turn_errors"][0] == "multi_turn:instance_state_mismatch"
 
 
+def _well_formed(result) -> float:
+    return result.info["episode_metrics"]["well_formed"]
+
+
+def test_well_formed_is_every_reply_in_format_and_every_call_a_shown_function(bfcl) -> None:
+    from agentrl_core.envs.bfcl.stages import task_id_of
+
+    env = bfcl.Bfcl(stage=2)
+    env.reset(task_id=0)
+    assert _well_formed(env.step(ANSWER)) == 0.0  # no call yet: nothing shows the model can call
+    assert _well_formed(env.step(env.expert_action())) == 1.0  # a real call, every reply in format
+    failed = env.step(_tool([{"name": "mkdir", "arguments": {"name": "x"}}]))  # a shown function, bad argument
+    assert failed.info["code"] == TOOL_ERROR and _well_formed(failed) == 1.0  # well-formed, wrong: not the metric
+    assert _well_formed(env.step(_tool([{"name": "cp", "arguments": {}}]))) == 0.0  # cp is excluded: not shown
+    assert _well_formed(env.step(env.expert_action())) == 0.0  # once broken, the episode stays broken
+
+    env.reset(task_id=0)
+    env.step(env.expert_action())
+    assert _well_formed(env.step("no tags at all")) == 0.0  # a reply out of format
+    env = bfcl.Bfcl(stage=3)
+    env.reset(task_id=task_id_of("miss_func", 0))
+    for _ in range(4):  # turns 0-1: ground truth then answer
+        env.step(env.expert_action())
+    assert _well_formed(env.step(_tool([{"name": "sort", "arguments": {"file_name": "a"}}]))) == 0.0  # not yet shown
+    for task in (0, task_id_of("miss_func", 0)):  # the expert is well-formed to the end, reveal turns included
+        env.reset(task_id=task)
+        for _ in range(env.max_steps):
+            result = env.step(env.expert_action())
+            if result.terminated or result.truncated:
+                break
+        assert result.info["success"] is True and _well_formed(result) == 1.0
+
+
+def test_compact_docs_keep_names_descriptions_and_parameters(bfcl) -> None:
+    full, compact = bfcl.Bfcl(stage=2), bfcl.Bfcl(stage=2, docs="compact")
+    obs_full, _ = full.reset(task_id=0)
+    obs_compact, _ = compact.reset(task_id=0)
+    assert "This tool belongs to" in obs_full and '"response"' in obs_full
+    assert "This tool belongs to" not in obs_compact and '"response"' not in obs_compact
+    assert len(obs_compact) < 0.7 * len(obs_full)
+    doc = next(d for d in _json_docs(obs_compact) if d["name"] == "mv")
+    assert doc["description"].startswith("Move a file") and doc["parameters"]["required"] == ["source", "destination"]
+    assert [d["name"] for d in _json_docs(obs_full)] == [d["name"] for d in _json_docs(obs_compact)]
+    with pytest.raises(ValueError, match="docs must be one of"):
+        bfcl.Bfcl(docs="short")
+
+
+def _json_docs(observation: str) -> list[dict]:
+    return json.loads(observation.split("(JSON):\n", 1)[1].split("\n]\n", 1)[0] + "\n]")
+
+
 def test_turn_is_forced_to_end_after_the_attempt_limit(bfcl) -> None:
     env = bfcl.Bfcl(stage=1, max_attempts_per_turn=5)
     env.reset(task_id=env.task_ids("train")[0])

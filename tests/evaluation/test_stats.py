@@ -137,3 +137,31 @@ def test_a_best_validated_checkpoint_is_compared_with_its_stage_start() -> None:
     assert best.diff == 0.5 and best.n == 40  # 30 of 40 against the SFT start's 10
     no_best = [(c.a, c.b) for c in comparisons({"base": scored(0), "sft-best": scored(5)})]
     assert no_best == []  # a best checkpoint of a first stage has no start scored: nothing to compare
+
+
+def test_episode_metrics_are_summarised_with_intervals_and_compared_pair_by_pair(tmp_path) -> None:
+    from agentrl_core.evaluation import EvalSummary, summary_rows, to_markdown
+    from agentrl_core.evaluation.report import comparisons, eval_rows, markdown_table
+
+    def run(formed: int, solved: int) -> dict:  # 40 tasks, 2 samples: the first `formed` tasks well-formed
+        results = [EpisodeResult(t, j, 0.0, t < solved, 3, metrics={"well_formed": float(t < formed)})
+                   for t in range(40) for j in range(2)]
+        results.append(EpisodeResult(40, 0, 0.0, False, 1))  # an env that reported no metric for one task
+        return summarize(results).to_dict()
+
+    base, sft = run(0, 0), run(30, 2)
+    m = sft["metrics"]["well_formed"]
+    assert (m["mean"], m["n"]) == (30 / 40, 40)  # over the 80 episodes that report it, on 40 tasks
+    assert (m["low"], m["high"]) == pytest.approx(wilson_interval(30, 40))
+    back = EvalSummary.from_dict(sft)
+    assert back.task_metrics["well_formed"][29] == 1.0 and back.to_dict() == sft
+    assert summary_rows({"sft": back})[0]["well_formed"] == 0.75
+    assert "well_formed [95% CI] n" in to_markdown({"sft": back}) and "75.0% [" in to_markdown({"sft": back})
+    assert eval_rows({"sft": sft})[0]["well_formed [95% CI] n"].startswith("75.0% [")
+    assert "| well_formed [95% CI] n |" in markdown_table(eval_rows({"base": base, "sft": sft}))
+    success, formed = comparisons({"base": base, "sft": sft})
+    assert (success.metric, formed.metric) == ("success", "well_formed")
+    assert formed.diff == 0.75 and formed.n == 40 and formed.low > 0 and formed.a_only == 30
+    assert formed.text().startswith("well_formed: sft − base: +75.0 points")
+    no_metric = {k: v for k, v in base.items() if k not in ("metrics", "task_metrics")}  # an older eval.json
+    assert [c.metric for c in comparisons({"base": no_metric, "sft": sft})] == ["success"]

@@ -96,3 +96,43 @@ def test_failed_env_is_data_on_the_trajectory_not_a_crash(chat: ChatFormat, tmp_
     path = write_trajectories(tmp_path / "rollout_log" / "step_000001.parquet", trajs, step=1)
     back = read_trajectories(path)
     assert [t.error for t in back] == [t.error for t in trajs] and back[0].token_ids == trajs[0].token_ids
+
+
+class ReportingEnv(Env):
+    """Reports a share after each reply: 1/n on reply n (the last report wins); `bad` reports an out-of-range one."""
+
+    name = "reporting"
+    action_format = "text"
+    system_prompt = "x"
+
+    def __init__(self, bad: bool = False):
+        super().__init__()
+        self.bad, self.replies = bad, 0
+
+    def task_ids(self, split):
+        return [0]
+
+    def _reset(self, *, task_id, seed, options):
+        self.replies = 0
+        return "start", {}
+
+    def _step(self, action) -> StepResult:
+        self.replies += 1
+        share = 2.0 if self.bad else 1 / self.replies
+        return StepResult("more", 0.0, False, False, {"episode_metrics": {"well_formed": share}})
+
+    def expert_action(self):
+        return "x"
+
+
+def test_the_loop_keeps_the_latest_episode_metrics_even_when_the_context_cuts_it_short(chat: ChatFormat):
+    engine = ScriptedEngine(chat, ["go"] * 3)
+    (full,) = run_episodes(engine, chat, ReportingEnv, [EpisodeSpec(task_id=0)], SamplingConfig(), LoopLimits(3, 4096))
+    assert full.extra["episode_metrics"] == {"well_formed": pytest.approx(1 / 3)} and full.truncated
+    from agentrl_core.grpo.rollout import episode_metric_means
+
+    assert episode_metric_means([full, full.__class__(task_id=1, env="x", group=1, sample=0)]) == {
+        "episode/well_formed": pytest.approx(1 / 3)}  # an episode without a report is left out, not counted 0
+    (bad,) = run_episodes(ScriptedEngine(chat, ["go"]), chat, lambda: ReportingEnv(bad=True), [EpisodeSpec(task_id=0)],
+                          SamplingConfig(), LoopLimits(3, 4096))
+    assert bad.error.startswith("step failed: the environment's info is malformed: episode metric 'well_formed'")

@@ -12,6 +12,7 @@ from agentrl_core.envs.bfcl.checker import TurnJudge, breaks_strict_irrelevance,
 from agentrl_core.envs.bfcl.data import Entry, entry_docs, visible_functions
 from agentrl_core.envs.bfcl.executor import Executor
 from agentrl_core.envs.bfcl.stages import STAGES, TEST_IDS, TRAIN_IDS, entry_of, stage_task_ids
+from agentrl_core.envs.episode_metrics import EPISODE_METRICS
 from agentrl_core.envs.registry import register
 from agentrl_core.errors import ResetNeededError, TaskNotFoundError
 
@@ -33,6 +34,13 @@ class _Episode:
     results: list[str] = field(default_factory=list)  # every model result so far
     log: list[float] = field(default_factory=list)  # one code or turn score per reply
     verdicts: list[str] = field(default_factory=list)  # "" for a turn the official check passed, else why not
+    calls: int = 0  # calls the model made (in replies that kept the format)
+    malformed: int = 0  # replies that broke the format, and calls naming a function the model was not shown
+
+    def metrics(self) -> dict[str, float]:
+        """{"well_formed": 1.0 when the episode so far made a call, every reply kept the format (so every
+        call parsed) and every call named a function the model was shown; else 0.0}."""
+        return {"well_formed": float(self.calls > 0 and self.malformed == 0)}
 
 
 @register
@@ -44,6 +52,8 @@ class Bfcl(Env):
     `<answer>`; at the end of a turn the official state and response checks score it 1/0. The
     reward comes once, at the end (0.0 on earlier steps): stages 1-2 reward format and working
     tool calls (in [0, 2]), stage 3 the mean turn score (in [0, 1]); see `protocol`.
+    `info["episode_metrics"]["well_formed"]` (on every step) is 1.0 while the episode has made a call and
+    every reply kept the format and named only functions shown to the model (`_Episode.metrics`).
     `info["success"]` is the official BFCL verdict of the pinned `bfcl-eval` (every turn passed the
     official checks, see `checker`). `strict_irrelevance=True` makes the *reward* stricter: a turn
     whose ground truth is empty (the model should ask, not act) scores 0 if the model called a
@@ -67,14 +77,18 @@ class Bfcl(Env):
 
     def __init__(
         self, stage: int = 3, categories: tuple[str, ...] | list[str] | None = None,
-        max_attempts_per_turn: int = DEFAULT_ATTEMPTS, strict_irrelevance: bool = False,
+        max_attempts_per_turn: int = DEFAULT_ATTEMPTS, strict_irrelevance: bool = False, docs: str = "full",
     ) -> None:
         """`stage` picks the task set and the reward (1, 2 or 3); `categories` narrows the task set
         (e.g. ("base", "miss_func")); a turn ends after `max_attempts_per_turn` + 1 non-answer replies;
-        `strict_irrelevance` zeroes the turn score (not the official verdict) of a call where none is due."""
+        `strict_irrelevance` zeroes the turn score (not the official verdict) of a call where none is due;
+        `docs="compact"` shows the function docs without their repeated API preamble and response schema
+        (`protocol.compact_doc`: half the prompt, for small models and CPUs; "full" is BFCL's own docs)."""
         super().__init__()
         if stage not in STAGES:
             raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
+        if docs not in protocol.DOC_STYLES:
+            raise ValueError(f"docs must be one of {protocol.DOC_STYLES}, got {docs!r}")
         if max_attempts_per_turn < 1:
             raise ValueError(f"max_attempts_per_turn must be >= 1, got {max_attempts_per_turn}")
         chosen = tuple(categories) if categories is not None else None
@@ -86,6 +100,7 @@ class Bfcl(Env):
         self.reward_range = protocol.STAGE_REWARD_RANGE[stage]
         self.max_attempts = max_attempts_per_turn
         self.strict_irrelevance = bool(strict_irrelevance)
+        self.doc_style = docs
         self.max_steps = MAX_TURNS * (max_attempts_per_turn + 1)  # every turn ends by then
         self._episode: _Episode | None = None
 
@@ -111,13 +126,26 @@ class Bfcl(Env):
         return obs, info
 
     def _docs(self, names: frozenset[str]) -> list[dict[str, Any]]:
-        return [doc for name, (_, doc) in entry_docs(self.episode.entry).items() if name in names]
+        docs = [doc for name, (_, doc) in entry_docs(self.episode.entry).items() if name in names]
+        return [protocol.compact_doc(d) for d in docs] if self.doc_style == "compact" else docs
 
     # -- step ----------------------------------------------------------------------------------
     def _step(self, action: str) -> StepResult:
+        """One reply; every step's info also carries the episode's well-formedness so far (EPISODE_METRICS)."""
+        result = self._reply(action)
+        result.info[EPISODE_METRICS] = self.episode.metrics()
+        return result
+
+    def _reply(self, action: str) -> StepResult:
         ep = self.episode
         ep.steps += 1
         reply = protocol.parse_reply(action)
+        if reply.kind == "format_error":
+            ep.malformed += 1
+        else:
+            shown = visible_functions(ep.entry, ep.turn)
+            ep.calls += len(reply.calls)
+            ep.malformed += sum(call.name not in shown for call in reply.calls)
         if reply.kind == "answer" or (reply.kind == "tool_call" and not reply.calls):
             return self._end_turn("")
         ep.attempts += 1

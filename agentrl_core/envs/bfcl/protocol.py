@@ -125,6 +125,19 @@ def episode_reward(stage: int, log: Sequence[float]) -> float:
 
 
 # -- observations --------------------------------------------------------------------------------
+DOC_STYLES = ("full", "compact")
+TOOL_DESCRIPTION = "Tool description: "  # BFCL's docs repeat their API's preamble before these words
+
+
+def compact_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    """A function doc without what a call never needs: the API preamble every function of a class repeats
+    ("This tool belongs to ... Tool description: ") and the "response" schema. Name, description and
+    parameters stay as they are: about half the tokens of BFCL's docs (e.g. 3,058 -> 1,639 for the file system).
+    """
+    description = str(doc.get("description", "")).split(TOOL_DESCRIPTION, 1)[-1]
+    return {"name": doc["name"], "description": description, "parameters": doc.get("parameters", {})}
+
+
 def docs_json(docs: Iterable[dict[str, Any]]) -> str:
     """Function docs as the model sees them: a JSON list, one doc per line."""
     return "[\n" + ",\n".join(json.dumps(d, ensure_ascii=False) for d in docs) + "\n]"
