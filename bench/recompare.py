@@ -53,7 +53,7 @@ def recompute(a: str, b: str, n: int, p_a: float, a_only: int, b_only: int) -> C
 def listed_comparisons(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], float]]:
     """(comparison dict, A's success rate) for each entry of a results file's `comparisons` list."""
     for item in doc.get("comparisons") or []:
-        if item.get("method") == METHOD:
+        if item.get("method") == METHOD and item.get("metric", "success") == "success":
             yield item, float(doc["tests"][item["a"]]["success_rate"])
 
 

@@ -5,7 +5,8 @@ Runs the command, its console teed, and writes `bench/results/<NAME>.json` and `
 - `--pytest`: the counts of pytest's closing line (passed, failed, skipped, errors, deselected);
 - `--json-figures FILE [--json-keys a,b]`: every number of a JSON file the command writes (e.g. the
   run report's `runs/math-learn/report/eval.json`), flattened to `key/subkey` names (its strings go to
-  "texts"); list items are named by their "model", "name" or "label" field, comparisons "A-B".
+  "texts"); list items are named by their "model", "name" or "label" field, comparisons "A-B" (of success)
+  or "metric:A-B" (of an episode metric, e.g. "well_formed:sft-base").
 A command that fails is recorded only with `--allow-failure` (a test suite with failures is a figure too):
 its exit status becomes the figure `exit_status` and this recorder's `main` returns 0, since a run that
 exits non-zero records nothing (`bench/recording.py`).
@@ -50,13 +51,15 @@ def pytest_figures(output: str) -> dict[str, float]:
 
 
 def _label(item: Any, index: int) -> str:
-    """A list item's name in a flattened key: its "model"/"name"/"label", "A-B" for a comparison, else its index."""
+    """A list item's name in a flattened key: its "model"/"name"/"label", "A-B" for a comparison of success
+    ("metric:A-B" for one of an episode metric), else its index."""
     if isinstance(item, dict):
         for key in ("model", "name", "label"):
             if isinstance(item.get(key), str):
                 return item[key]
         if isinstance(item.get("a"), str) and isinstance(item.get("b"), str):
-            return f"{item['a']}-{item['b']}"
+            metric = item.get("metric", "success")
+            return f"{item['a']}-{item['b']}" if metric == "success" else f"{metric}:{item['a']}-{item['b']}"
     return str(index)
 
 

@@ -210,9 +210,11 @@ def test_pytest_counts_and_report_numbers_become_figures() -> None:
     with pytest.raises(ValueError, match="closing line"):
         pytest_figures("no summary")
     report = {"rows": [{"model": "sft", "success_rate": 0.63, "success [95% CI] n": "63.0% [56.1, 69.4] n=200"}],
-              "comparisons": [{"a": "grpo", "b": "sft", "diff": 0.175, "verdict": "grpo > sft"}], "evals": {"x": 1}}
+              "comparisons": [{"a": "grpo", "b": "sft", "diff": 0.175, "verdict": "grpo > sft"},
+                              {"a": "grpo", "b": "sft", "diff": 0.3, "metric": "well_formed"}], "evals": {"x": 1}}
     numbers, texts = json_figures(report, ["rows", "comparisons"])
-    assert numbers == {"rows/sft/success_rate": 0.63, "comparisons/grpo-sft/diff": 0.175}
+    assert numbers == {"rows/sft/success_rate": 0.63, "comparisons/grpo-sft/diff": 0.175,
+                       "comparisons/well_formed:grpo-sft/diff": 0.3}  # a metric's comparison is named apart
     assert texts["rows/sft/success [95% CI] n"] == "63.0% [56.1, 69.4] n=200"
     assert texts["comparisons/grpo-sft/verdict"] == "grpo > sft" and "evals/x" not in numbers
     assert flatten({"a": [1, True, None, "s"]}) == {"a/0": 1, "a/3": "s"}
