@@ -336,7 +336,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             bar = progress.add_task(f"evaluating {args.model}", total=args.k * args.max_turns)
             summary = stop_signals.run_interruptible(  # Ctrl-C stops it within seconds
                 evaluate_model, args.model, env_name=args.env, env_url=args.env_url or server.url, cfg=cfg,
-                n_tasks=args.tasks, max_turns=args.max_turns, autocast=_compute_dtype(args.model, args.compute_dtype),
+                n_tasks=args.tasks, max_turns=args.max_turns, max_context_tokens=args.max_context_tokens,
+                autocast=_compute_dtype(args.model, args.compute_dtype),
                 on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
     _print_evals({args.model: summary.to_dict()})
     return 0
@@ -473,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=1234)
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--max-turns", type=int, default=8)
+    s.add_argument("--max-context-tokens", type=int, default=2048,
+                   help="an episode ends when its conversation would pass this many tokens (BFCL's prompts alone "
+                        "take 2-6k: give it 6144, as recipes/bfcl_grpo.yaml does)")
     s.add_argument("--compute-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="matmul precision; auto: whichever is faster on this machine (measured once, cached)")
     s.set_defaults(fn=cmd_eval)

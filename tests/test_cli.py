@@ -88,3 +88,21 @@ def test_convert_writes_a_loadable_hf_folder(tiny_model_path, tmp_path):
     with torch.no_grad():
         assert torch.equal(a(ids).logits, b(ids).logits)
     assert (out / "generation_config.json").exists() and (out / "tokenizer.json").exists()
+
+
+def test_eval_passes_the_context_limit_to_the_evaluation(monkeypatch, capsys):
+    """`agentrl eval --max-context-tokens N` reaches evaluate_model (BFCL's prompts need more than the 2,048 default)."""
+    import agentrl_core.evaluation.runner as runner
+    from agentrl_core.evaluation.metrics import EpisodeResult, summarize
+
+    seen = {}
+
+    def fake_evaluate(model, **kwargs):  # the CLI layer only: the evaluation itself is tested end to end elsewhere
+        seen.update(kwargs)
+        return summarize([EpisodeResult(0, 0, 1.0, True, 2)])
+
+    monkeypatch.setattr(runner, "evaluate_model", fake_evaluate)
+    args = ["eval", "--env", "household", "--tasks", "1", "--compute-dtype", "float32", "--env-url", "http://127.0.0.1:9"]
+    assert main([*args, "--max-context-tokens", "6144"]) == 0
+    assert seen["max_context_tokens"] == 6144 and seen["n_tasks"] == 1
+    assert main(args) == 0 and seen["max_context_tokens"] == 2048
