@@ -95,11 +95,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _print_evals(evals: dict[str, dict]) -> None:
-    from agentrl_core.evaluation.report import COLUMNS, comparison_lines, eval_rows
+    from agentrl_core.evaluation.report import comparison_lines, eval_rows, table_columns
 
-    table = Table(*COLUMNS, title="held-out evaluation (success with its 95% Wilson interval and n tasks)")
-    for row in eval_rows(evals):
-        table.add_row(*(str(row[c]) for c in COLUMNS))
+    rows = eval_rows(evals)
+    columns = table_columns(rows)  # an environment's episode metrics (BFCL's well_formed) get a column each
+    table = Table(*columns, title="held-out evaluation (success with its 95% Wilson interval and n tasks)")
+    for row in rows:
+        table.add_row(*(str(row.get(c, "")) for c in columns))
     Console().print(table)
     for line in comparison_lines(evals):
         Console().print(f"  {line}")

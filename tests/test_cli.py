@@ -99,10 +99,12 @@ def test_eval_passes_the_context_limit_to_the_evaluation(monkeypatch, capsys):
 
     def fake_evaluate(model, **kwargs):  # the CLI layer only: the evaluation itself is tested end to end elsewhere
         seen.update(kwargs)
-        return summarize([EpisodeResult(0, 0, 1.0, True, 2)])
+        return summarize([EpisodeResult(0, 0, 1.0, True, 2, metrics={"well_formed": 1.0})])
 
     monkeypatch.setattr(runner, "evaluate_model", fake_evaluate)
+    monkeypatch.setenv("COLUMNS", "250")  # the printed table unwrapped
     args = ["eval", "--env", "household", "--tasks", "1", "--compute-dtype", "float32", "--env-url", "http://127.0.0.1:9"]
     assert main([*args, "--max-context-tokens", "6144"]) == 0
     assert seen["max_context_tokens"] == 6144 and seen["n_tasks"] == 1
     assert main(args) == 0 and seen["max_context_tokens"] == 2048
+    assert "well_formed" in capsys.readouterr().out  # an episode metric gets its column in the printed table

@@ -97,10 +97,15 @@ def comparison_lines(evals: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return [c.text() for c in comparisons(evals)]
 
 
+def table_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """COLUMNS, with a "<metric> [95% CI] n" column after success for each episode metric any row has."""
+    metric_cols = sorted({c for r in rows for c in r if c.endswith(" [95% CI] n") and c not in COLUMNS})
+    return [*COLUMNS[:2], *metric_cols, *COLUMNS[2:]]
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """A GitHub-style markdown table of the rows (with a column per episode metric any row has)."""
-    metric_cols = sorted({c for r in rows for c in r if c.endswith(" [95% CI] n") and c not in COLUMNS})
-    cols = [*COLUMNS[:2], *metric_cols, *COLUMNS[2:]]
+    cols = table_columns(rows)
     head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
     return head + "".join("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |\n" for r in rows)
 
