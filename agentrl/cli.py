@@ -381,6 +381,24 @@ def _add_eval_grid_flags(s: argparse.ArgumentParser, tasks: int = 24, temperatur
     s.add_argument("--report-dir", default="runs/leaderboard", help="where the leaderboard and plots go")
 
 
+def _add_eval_flags(s: argparse.ArgumentParser) -> None:
+    """The flags of `agentrl eval` (one model, one environment)."""
+    s.add_argument("--model", default="smollm2-135m-instruct")
+    s.add_argument("--env", default="household")
+    s.add_argument("--env-url", help="use a running env server instead of starting one")
+    s.add_argument("--tasks", type=int, default=24)
+    s.add_argument("--k", type=int, default=1)
+    s.add_argument("--seed", type=int, default=1234)
+    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--max-turns", type=int, default=8)
+    s.add_argument("--max-context-tokens", type=int, default=2048,
+                   help="an episode ends when its conversation would pass this many tokens (BFCL's prompts alone "
+                        "take 2-6k: give it 6144, as recipes/bfcl_grpo.yaml does)")
+    s.add_argument("--compute-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="matmul precision; auto: whichever is faster on this machine (measured once, cached)")
+    s.set_defaults(fn=cmd_eval)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentrl", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -467,21 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_grid_flags(s, tasks=16, temperature=None)
     s.set_defaults(fn=cmd_nightly_eval)
 
-    s = sub.add_parser("eval", help="evaluate a model (alias, folder or checkpoint export) on held-out tasks")
-    s.add_argument("--model", default="smollm2-135m-instruct")
-    s.add_argument("--env", default="household")
-    s.add_argument("--env-url", help="use a running env server instead of starting one")
-    s.add_argument("--tasks", type=int, default=24)
-    s.add_argument("--k", type=int, default=1)
-    s.add_argument("--seed", type=int, default=1234)
-    s.add_argument("--temperature", type=float, default=0.0)
-    s.add_argument("--max-turns", type=int, default=8)
-    s.add_argument("--max-context-tokens", type=int, default=2048,
-                   help="an episode ends when its conversation would pass this many tokens (BFCL's prompts alone "
-                        "take 2-6k: give it 6144, as recipes/bfcl_grpo.yaml does)")
-    s.add_argument("--compute-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
-                   help="matmul precision; auto: whichever is faster on this machine (measured once, cached)")
-    s.set_defaults(fn=cmd_eval)
+    _add_eval_flags(sub.add_parser("eval", help="evaluate a model (alias, folder or checkpoint export) on held-out tasks"))
     return p
 
 

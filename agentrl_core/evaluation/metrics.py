@@ -226,14 +226,23 @@ def _metric_columns(s: EvalSummary) -> dict[str, float | None]:
     """{m, m_ci_low, m_ci_high} for each episode metric m of one summary."""
     out: dict[str, float | None] = {}
     for name, m in s.metrics.items():
-        out |= {name: _rounded(m["mean"]), f"{name}_ci_low": _rounded(m["low"]), f"{name}_ci_high": _rounded(m["high"])}
+        out |= metric_fields(name, m)
     return out
 
 
-def metric_text(s: EvalSummary, name: str) -> str:
-    """An episode metric as "12.5% [3.5, 36.0] n=16"; "n/a" where the summary has none."""
-    m = s.metrics.get(name)
+def metric_fields(name: str, m: Mapping[str, float | int | None]) -> dict[str, float | None]:
+    """One episode metric's {"mean", "low", "high", "n"} as table numbers: {m, m_ci_low, m_ci_high}."""
+    return {name: _rounded(m["mean"]), f"{name}_ci_low": _rounded(m["low"]), f"{name}_ci_high": _rounded(m["high"])}
+
+
+def format_metric(m: Mapping[str, float | int | None] | None) -> str:
+    """An episode metric as "12.5% [3.5, 36.0] n=16"; "n/a" where there is none."""
     return "n/a" if m is None else format_rate(m["mean"], m["low"], m["high"], int(m["n"]))
+
+
+def metric_text(s: EvalSummary, name: str) -> str:
+    """A summary's episode metric `name` as `format_metric` writes it."""
+    return format_metric(s.metrics.get(name))
 
 
 def _cells(rows: dict[str, EvalSummary]) -> tuple[list[str], list[list[str]]]:

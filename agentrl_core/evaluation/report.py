@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl_core.system.atomic_file import atomic_file, write_text_atomic
+from agentrl_core.evaluation.metrics import format_metric, metric_fields
 from agentrl_core.evaluation.plots import draw_interval_bars, draw_lines, plt
 from agentrl_core.evaluation.stats import Comparison, compare, format_rate
 from agentrl_core.training.metrics_log import read_metrics
@@ -47,8 +48,7 @@ def _metric_cells(s: Mapping[str, Any]) -> dict[str, Any]:
     """Per episode metric m: "m [95% CI] n" (text) and m, m_ci_low, m_ci_high (numbers)."""
     out: dict[str, Any] = {}
     for name, m in s.get("metrics", {}).items():
-        out[f"{name} [95% CI] n"] = format_rate(m["mean"], m["low"], m["high"], int(m["n"]))
-        out |= {name: round(m["mean"], 4), f"{name}_ci_low": round(m["low"], 4), f"{name}_ci_high": round(m["high"], 4)}
+        out |= {f"{name} [95% CI] n": format_metric(m), **metric_fields(name, m)}
     return out
 
 
