@@ -71,6 +71,24 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory, embedded_model_pat
 
 
 @pytest.fixture(scope="session")
+def prefect_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Prefect database migrated to head, made once for the session (all parallel workers: their base
+    temp folders share a parent) and copied into each test's home (tests/prefect_home.py says why)."""
+    from tests.prefect_home import migrated_database
+
+    root = tmp_path_factory.getbasetemp()
+    return migrated_database((root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "prefect-database")
+
+
+@pytest.fixture
+def prefect_home(tmp_path: Path, prefect_database: Path) -> Path:
+    """`tmp_path`/prefect: a Prefect home whose database is already migrated, as after a user's first run."""
+    from tests.prefect_home import seed_home
+
+    return seed_home(tmp_path / "prefect", prefect_database)
+
+
+@pytest.fixture(scope="session")
 def env_server_url():
     """A real env server (all registered envs) on 127.0.0.1 for the whole session."""
     from agentrl_core.env_service import launch_server

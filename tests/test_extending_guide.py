@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.prefect_home import seed_home
+
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "extending.md"
 BLOCK = re.compile(r"<!-- guide:(?P<kind>[\w-]+) (?P<path>\S+) -->\n```\w+\n(?P<code>.*?)```", re.S)
@@ -123,7 +125,7 @@ def guide_blocks() -> list[tuple[str, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def checked(tmp_path_factory) -> tuple[dict, Path]:
+def checked(tmp_path_factory, prefect_database) -> tuple[dict, Path]:
     """The guide's files written out, and what the checking script found."""
     here = tmp_path_factory.mktemp("guide")
     for _, path, code in guide_blocks():
@@ -133,7 +135,7 @@ def checked(tmp_path_factory) -> tuple[dict, Path]:
     (here / "checks.py").write_text(CHECKS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(AGENTRL_PLUGINS=PLUGIN, PYTHONPATH=os.pathsep.join([str(here), str(ROOT)]), OMP_NUM_THREADS="1",
-               PREFECT_HOME=str(here / "prefect-home"))
+               PREFECT_HOME=str(seed_home(here / "prefect-home", prefect_database)))
     out = subprocess.run([sys.executable, str(here / "checks.py"), str(here)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -81,11 +81,11 @@ def recipe(tmp_path: Path, model: Path, *, ray: bool) -> Path:
 
 @pytest.mark.parametrize("ray", [False, pytest.param(True, marks=pytest.mark.ray)], ids=["in-process", "ray"])
 def test_a_one_step_recipe_trains_on_the_plugins_env_estimator_loss_and_engine(plugin_site, tiny_model_path,
-                                                                                tmp_path, ray):
+                                                                                tmp_path, prefect_home, ray):
     if ray:
         pytest.importorskip("ray")
     calls = tmp_path / "calls.txt"
-    env = plugin_env(plugin_site, calls, PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    env = plugin_env(plugin_site, calls, PREFECT_HOME=str(prefect_home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
                      DO_NOT_TRACK="1", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     run = subprocess.run([str(Path(sys.executable).with_name("agentrl")), "run", str(recipe(tmp_path, tiny_model_path,
                                                                                              ray=ray))],

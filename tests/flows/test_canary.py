@@ -47,8 +47,8 @@ def _leaks(folders: list[Path], texts: list[str],
     return found
 
 
-def test_cli_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_path):
-    root, home = tmp_path / "runs", tmp_path / "prefect-home"
+def test_cli_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_path, prefect_home):
+    root, home = tmp_path / "runs", prefect_home
     secrets = [f"store.registry_url={_registry(tmp_path / 'reg')}",  # used: the run registers in it
                f"rollout.engine.url={_unused('http')}", f"experience.url={_unused('http')}",
                f"experience.db_url={_unused('pg')}", f"store.s3_endpoint_url={_unused('http')}"]
@@ -65,14 +65,13 @@ def test_cli_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_p
     assert _leaks([root, home, tmp_path / "reg"], [run.stdout, run.stderr]) == []
 
 
-def test_deployment_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_path):
+def test_deployment_run_keeps_every_secret_out_of_what_it_leaves(tiny_model_path, tmp_path, prefect_home):
     from agentrl_core.web.ports import free_port
     from tests.flows.test_deployment import PREFECT, _prefect, _stop, _wait_healthy, prefect_env
 
     from agentrl_core.env_service import launch_server
 
-    root, home = tmp_path / "runs", tmp_path / "prefect-home"
-    home.mkdir()
+    root, home = tmp_path / "runs", prefect_home
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = prefect_env(home, api, OMP_NUM_THREADS="1")

@@ -83,10 +83,11 @@ def _complete_steps(ckpts: Path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_killed_curriculum_skips_done_stages_and_resumes_the_failed_one(tiny_model_path: Path, tmp_path: Path):
+def test_killed_curriculum_skips_done_stages_and_resumes_the_failed_one(tiny_model_path: Path, tmp_path: Path,
+                                                                        prefect_home: Path):
     cur, root = _curriculum_file(tmp_path), tmp_path / "runs"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
+    env.update(PREFECT_HOME=str(prefect_home), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
                PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", PYTHONPATH=str(ROOT))
     s2 = root / "cur" / "s2" / "checkpoints"
     first = subprocess.Popen(_command(cur, tiny_model_path, root), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,

@@ -17,6 +17,7 @@ import pytest
 
 from agentrl_core.store import open_registry
 from agentrl_core.web.ports import free_port
+from tests.prefect_home import seed_home
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
@@ -61,9 +62,9 @@ def prefect_env(home, api_url: str, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(tmp_path_factory, prefect_database):
     """A Prefect server on 127.0.0.1, the `local` process pool, `prefect deploy --all` and a worker."""
-    home = tmp_path_factory.mktemp("prefect-home")
+    home = seed_home(tmp_path_factory.mktemp("prefect-home"), prefect_database)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = prefect_env(home, url, PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2")

@@ -31,7 +31,7 @@ def _command(model: Path, root: Path) -> list[str]:
 
 def _env(tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["PREFECT_HOME"] = str(tmp / "prefect")
+    env["PREFECT_HOME"] = str(tmp / "prefect")  # the prefect_home fixture's
     return env
 
 
@@ -39,7 +39,7 @@ def _complete_steps(ckpts: Path) -> list[int]:
     return sorted(int(p.name.split("_")[1]) for p in ckpts.glob("step_*") if (p / "COMPLETE").exists())
 
 
-def test_killed_run_resumes_from_last_complete_checkpoint(tiny_model_path, tmp_path):
+def test_killed_run_resumes_from_last_complete_checkpoint(tiny_model_path, tmp_path, prefect_home):
     root, env = tmp_path / "runs", _env(tmp_path)
     ckpts = root / "tiny" / "grpo" / "checkpoints"
     first = subprocess.Popen(_command(tiny_model_path, root), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,

@@ -247,7 +247,7 @@ def test_the_plan_covers_every_signal_phase_and_resume():
 
 
 @pytest.mark.parametrize("name", list(PLAN))
-def test_signals_during_a_phase_stop_the_run_and_resume_works(name, tiny_model_path, tmp_path):
+def test_signals_during_a_phase_stop_the_run_and_resume_works(name, tiny_model_path, tmp_path, prefect_home):
     phase, run_dir = _phases()[name], tmp_path / "runs" / "tiny"
     overrides = tiny_overrides(tiny_model_path, tmp_path / "runs") + phase.overrides
     kept = 0

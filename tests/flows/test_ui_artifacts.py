@@ -16,6 +16,7 @@ import pytest
 from agentrl_core.web.ports import free_port
 from tests.browser import CHROMIUM, Browser
 from tests.flows.conftest import tiny_overrides
+from tests.prefect_home import seed_home
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_CHROMIUM = f"Debian's chromium is not installed ({CHROMIUM} missing): apt-get install -y chromium"
@@ -43,9 +44,9 @@ def _wait_healthy(api: str, proc: subprocess.Popen, log: Path, timeout: float = 
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, prefect_database):
     """A real Prefect server with the v1 UI (no outside requests) on a free 127.0.0.1 port; yields (ui, env)."""
-    home = tmp_path_factory.mktemp("prefect-ui-home")
+    home = seed_home(tmp_path_factory.mktemp("prefect-ui-home"), prefect_database)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(home), PREFECT_API_URL=f"http://127.0.0.1:{port}/api", DO_NOT_TRACK="1",
