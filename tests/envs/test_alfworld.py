@@ -241,6 +241,20 @@ def test_hundred_games_are_planned_and_won_on_replay(engine) -> None:
     print(f"\n{len(ids)} games generated, planned and replayed in {time.perf_counter() - start:.1f} s")
 
 
+def test_the_memoized_parses_keep_the_engines_text() -> None:
+    """TextWorld's parses memoized (parse_cache): every observation and admissible list as without, 6 task types."""
+    _need_engine()
+    import textworld.envs.pddl.textgen as textgen
+
+    from bench.bench_alfworld_engine import timed
+
+    ids = list(range(0, 150, 25))  # 0, 25, ..., 125: the six task types
+    _, plain = timed(False, ids)
+    _, memoized = timed(True, ids)
+    assert memoized == plain and len(plain) > 6 * 5
+    assert textgen._parse_and_convert.cache_info().hits > 0  # installed again, and answering from its cache
+
+
 def test_episode_rewards_observations_and_invalid_actions() -> None:
     _need_engine()
     env = AlfWorld()
