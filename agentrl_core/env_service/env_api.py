@@ -63,6 +63,8 @@ class MetricsResponse(BaseModel):
     step_latency_ms: dict[str, float]
     workers_shared: int
     workers_dedicated: int
+    workers_idle: int = 0
+    sessions_on_reused_workers: int = 0
     worker_restarts: int
     worker_deaths: int
     server_rss_mb: float | None

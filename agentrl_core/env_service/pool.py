@@ -14,6 +14,11 @@ Two kinds of worker:
   (ALFWorld, ScienceWorld); it stops when its session closes. At most `start_limit` of them start
   at once (default one per core): a burst of new sessions queues for a start slot, first come first
   served, instead of starting dozens of interpreters that share the cores and all finish late.
+  An env whose class also sets `reuse_worker = True` (ALFWorld) keeps a worker whose session closed
+  cleanly as an idle one for the next session of that env, still one session at a time: a new
+  interpreter importing the engine costs seconds of CPU per session (an episode, in a rollout), a warm
+  one nothing. At most `keep_idle` wait per env, each for IDLE_WORKER_S, each serving at most
+  WORKER_SESSIONS sessions (so a slow leak in an engine is bounded), then they stop.
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ from agentrl_core.errors import MissingExtraError, ResetNeededError, TaskNotFoun
 log = logging.getLogger(__name__)
 
 DEFAULT_CALL_TIMEOUT_S = 300.0
+IDLE_WORKER_S = 60.0
+"""Seconds an idle dedicated worker waits for the next session of its env before it stops."""
+WORKER_SESSIONS = 64
+"""Sessions one reused dedicated worker serves at most (one at a time) before it stops."""
 _ERRORS: dict[str, type[Exception]] = {
     cls.__name__: cls for cls in (ResetNeededError, TaskNotFoundError, MissingExtraError, EnvServerError)
 }
@@ -55,6 +64,8 @@ class Worker:
         self.dedicated = dedicated
         self.label = label
         self.sessions: set[int] = set()
+        self.served = 0  # sessions this worker has closed (a reused dedicated worker serves several, in turn)
+        self.idle_since: float | None = None  # when it went idle, waiting for its env's next session
         self.pending: dict[int, asyncio.Future[tuple[bool, Any]]] = {}
         self.alive = False
         self.stopping = False  # a stop we asked for is not a death
@@ -190,10 +201,16 @@ class Worker:
 class WorkerPool:
     """The shared workers and the dedicated ones, with restart counts for the metrics route."""
 
-    def __init__(self, shared_workers: int | None = None, start_limit: int | None = None) -> None:
+    def __init__(self, shared_workers: int | None = None, start_limit: int | None = None,
+                 keep_idle: int | None = None) -> None:
         self.size = max(1, shared_workers or min(8, os.cpu_count() or 1))
         if start_limit is not None and start_limit < 1:
             raise ValueError(f"start_limit must be >= 1 (dedicated workers starting at once), got {start_limit}")
+        if keep_idle is not None and keep_idle < 0:
+            raise ValueError(f"keep_idle must be >= 0 (idle dedicated workers kept per env), got {keep_idle}")
+        self.keep_idle = max(8, os.cpu_count() or 1) if keep_idle is None else keep_idle
+        self.idle: dict[str, list[Worker]] = {}  # per env, dedicated workers waiting for its next session
+        self.reused = 0  # sessions given an idle worker instead of a new process
         self._starts = asyncio.Semaphore(start_limit or os.cpu_count() or 1)  # binds to the loop at first use
         self.shared: list[Worker] = []
         self.dedicated: set[Worker] = set()
@@ -233,16 +250,49 @@ class WorkerPool:
         """Held while a session's dedicated worker starts and builds its env (nothing for a shared worker)."""
         return self._starts if dedicated else contextlib.nullcontext()
 
-    async def dedicated_worker(self) -> Worker:
+    async def dedicated_worker(self, env: str | None = None) -> Worker:
+        """A process for one session: an idle worker kept for `env` when there is one, else a new process."""
+        await self._stop_stale_idle()
+        waiting = self.idle.get(env, []) if env is not None else []
+        while waiting:
+            worker = waiting.pop()
+            if worker.alive:
+                worker.idle_since = None
+                self.reused += 1
+                return worker
         worker = await self._spawn(dedicated=True)
         self.dedicated.add(worker)
         return worker
 
-    async def release(self, worker: Worker) -> None:
-        """A dedicated worker's session closed: stop it."""
-        if worker.dedicated:
+    async def release(self, worker: Worker, keep_for: str | None = None) -> None:
+        """A dedicated worker's session closed: keep it idle for the next session of `keep_for` (the session
+        closed cleanly and the env reuses workers) while under the limits above, else stop it."""
+        if not worker.dedicated:
+            return
+        worker.served += 1
+        waiting = self.idle.setdefault(keep_for, []) if keep_for is not None else None
+        if (waiting is not None and worker.alive and not worker.sessions and not self._closing
+                and worker.served < WORKER_SESSIONS and len(waiting) < self.keep_idle):
+            assert self._loop is not None
+            worker.idle_since = self._loop.time()
+            waiting.append(worker)
+            self._loop.call_later(IDLE_WORKER_S + 1.0, lambda: self._loop.create_task(self._stop_stale_idle()))
+            return
+        self.dedicated.discard(worker)
+        await worker.stop()
+
+    async def _stop_stale_idle(self) -> None:
+        """Stop the idle workers that waited IDLE_WORKER_S for a session (and forget dead ones)."""
+        if self._loop is None:
+            return
+        now, stale = self._loop.time(), []
+        for env, waiting in self.idle.items():
+            keep = [w for w in waiting if w.alive and w.idle_since is not None and now - w.idle_since < IDLE_WORKER_S]
+            stale += [w for w in waiting if w not in keep]
+            self.idle[env] = keep
+        for worker in stale:
             self.dedicated.discard(worker)
-            await worker.stop()
+        await asyncio.gather(*(w.stop() for w in stale if w.alive), return_exceptions=True)
 
     def _died(self, worker: Worker) -> None:
         if self._closing:
@@ -251,6 +301,9 @@ class WorkerPool:
         self.on_lost(worker)
         if worker.dedicated:
             self.dedicated.discard(worker)
+            for waiting in self.idle.values():
+                if worker in waiting:
+                    waiting.remove(worker)
             return
         assert self._loop is not None
         self._loop.create_task(self._replace(worker))
@@ -269,7 +322,7 @@ class WorkerPool:
         self._closing = True
         workers = [*self.shared, *self.dedicated]
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
-        self.shared, self.dedicated = [], set()
+        self.shared, self.dedicated, self.idle = [], set(), {}
 
     def pids(self) -> list[int]:
         return [w.pid for w in (*self.shared, *self.dedicated) if w.alive and w.pid is not None]

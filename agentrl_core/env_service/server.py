@@ -90,7 +90,7 @@ def _hosts(
         require_extra(cls)
         cap = min(max_sessions, cls.max_sessions or max_sessions)
         spec = EnvSpec.of(cls, env_kwargs.get(name, env_kwargs.get(cls.name, {})))
-        hosts[name] = EnvHost(spec, bool(cls.dedicated_worker), cap)
+        hosts[name] = EnvHost(spec, bool(cls.dedicated_worker), cap, bool(cls.dedicated_worker and cls.reuse_worker))
     return hosts
 
 
@@ -104,15 +104,17 @@ def create_app(
     workers: int | None = None,
     body_limit: BodyLimit | None = None,
     worker_starts: int | None = None,
+    idle_workers: int | None = None,
 ) -> FastAPI:
     """The app serving `env_names` (default: every registered env whose extras are installed).
 
     Sessions run in worker processes started when the app starts (its lifespan), so use the app
     through uvicorn or `with TestClient(app)`. `body_limit` defaults to MAX_BODY_BYTES (or $MAX_BODY_ENV).
-    `worker_starts`: dedicated worker processes starting at once (default one per core).
+    `worker_starts`: dedicated worker processes starting at once (default one per core); `idle_workers`: idle
+    dedicated workers kept per env that reuses them (default the cores, at least 8; 0: none kept).
     """
     hosts = _hosts(env_names, max_sessions, env_kwargs or {})
-    pool = WorkerPool(workers, worker_starts)
+    pool = WorkerPool(workers, worker_starts, idle_workers)
     store = SessionStore(hosts, pool, max_sessions=max_sessions, ttl_s=session_ttl_s, clock=clock)
     catalog = _Catalog(hosts, pool)
 
@@ -197,7 +199,8 @@ def _metrics(store: SessionStore, pool: WorkerPool) -> MetricsResponse:
         sessions_closed=store.closed_total, sessions_lost=len(store.lost), steps_total=store.stats.steps_total,
         steps_by_env=dict(store.stats.steps_by_env), steps_per_s=round(store.stats.steps_per_s(), 3),
         step_latency_ms=store.stats.latency_ms(), workers_shared=len(pool.shared),
-        workers_dedicated=len(pool.dedicated), worker_restarts=pool.restarts, worker_deaths=pool.deaths,
+        workers_dedicated=len(pool.dedicated), workers_idle=sum(len(w) for w in pool.idle.values()),
+        sessions_on_reused_workers=pool.reused, worker_restarts=pool.restarts, worker_deaths=pool.deaths,
         server_rss_mb=rss_mb(), workers_rss_mb=round(sum(known), 1) if known else None,
     )
 

@@ -57,11 +57,13 @@ class Session:
 
 @dataclass(frozen=True)
 class EnvHost:
-    """How the server hosts one env: its spec, worker kind and session cap."""
+    """How the server hosts one env: its spec, worker kind and session cap, and whether a dedicated worker whose
+    session closed waits for the env's next session (the env class's `reuse_worker`)."""
 
     spec: EnvSpec
     dedicated: bool
     max_sessions: int
+    reuse: bool = False
 
 
 class SessionStore:
@@ -133,7 +135,8 @@ class SessionStore:
         host = self.hosts[env_name]
         try:
             async with self.pool.start_slot(host.dedicated):  # a bounded number of worker processes start at once
-                worker = await self.pool.dedicated_worker() if host.dedicated else self.pool.least_loaded()
+                worker = (await self.pool.dedicated_worker(env_name if host.reuse else None) if host.dedicated
+                          else self.pool.least_loaded())
                 worker.sessions.add(sid)
                 try:
                     await worker.call("create", sid, host.spec)
@@ -209,13 +212,16 @@ class SessionStore:
         self.closed_total += 1
         worker = session.worker
         worker.sessions.discard(session.id)
+        closed = False
         try:
             if worker.alive:
                 await worker.call("close", session.id)
+                closed = True
         except Exception:  # noqa: BLE001 - the session is gone either way
             log.exception("closing session %d (%s) failed", session.id, session.env_name)
-        finally:
-            await self.pool.release(worker)
+        finally:  # a worker is reused only after a clean close (its env's own close ran)
+            host = self.hosts.get(session.env_name)
+            await self.pool.release(worker, session.env_name if closed and host is not None and host.reuse else None)
 
     # -- expiry and loss ---------------------------------------------------------------------------
     async def sweep(self, force: bool = False) -> int:

@@ -39,6 +39,7 @@ class Env(abc.ABC):
     requires: ClassVar[tuple[str, ...]] = ()  # importable modules the env needs at construction
     max_sessions: ClassVar[int | None] = None  # the server's cap on live sessions of this env, if lower
     dedicated_worker: ClassVar[bool] = False  # the server runs each session in a process of its own
+    reuse_worker: ClassVar[bool] = False  # with dedicated_worker: a worker whose session closed serves the next one
     agentgym_convention: ClassVar[str] = "A"  # AgentGym's HTTP convention: "A" (id) or "B" (env_idx)
     action_format: ClassVar[str]
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)

@@ -27,6 +27,14 @@ class SoloBoom(Boom):
     max_sessions = 2
 
 
+class ReuseBoom(Boom):
+    """A dedicated-worker env whose worker, once a session closed cleanly, serves the env's next session."""
+
+    name = "reuseboom"
+    dedicated_worker = True
+    reuse_worker = True
+
+
 class SlowSolo(Boom):
     """A dedicated-worker env whose construction logs when it begins and ends, and in between waits (up to
     PARTNER_WAIT_S) for the partner it would run beside if two start at once: the k-th construction to begin
@@ -66,7 +74,7 @@ class NeedsExtra(Boom):
 
 @pytest.fixture()
 def envs(monkeypatch: pytest.MonkeyPatch) -> None:
-    for cls in (Boom, SoloBoom, SlowSolo, ShopBoom, NeedsExtra):
+    for cls in (Boom, SoloBoom, ReuseBoom, SlowSolo, ShopBoom, NeedsExtra):
         monkeypatch.setitem(registry._REGISTRY, cls.name, cls)
 
 
@@ -139,6 +147,51 @@ def test_dedicated_workers_one_process_per_session(api: TestClient) -> None:
     assert_error(api.post(f"/sessions/{b}/step", json={"action": "ok"}), 410, "SessionLostError")
     assert api.get("/metrics").json()["worker_restarts"] == 0
     new_session(api, "soloboom")  # the cap counts live sessions only
+
+
+@pytest.mark.slow
+def test_a_reusing_env_gets_the_worker_its_last_session_left_and_only_that(envs: None,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Still one session per process at a time; a closed session's worker waits for the env's next session, not
+    for another env's, and not past its limits: a dead one is not given out, a full idle list stops the rest."""
+    from agentrl_core.env_service import pool
+
+    with TestClient(create_app(["reuseboom", "soloboom"], workers=1, idle_workers=1),
+                    raise_server_exceptions=False) as tc:
+        a, b = new_session(tc, "reuseboom"), new_session(tc, "reuseboom")
+        pid_a, pid_b = worker_pid(tc, a), worker_pid(tc, b)
+        assert pid_a != pid_b  # two live sessions: two processes
+        assert tc.delete(f"/sessions/{a}").status_code == 204
+        assert tc.delete(f"/sessions/{b}").status_code == 204  # one idle worker kept (idle_workers=1): b's stops
+        wait_for(lambda: tc.get("/metrics").json()["workers_dedicated"] == 1)
+        assert tc.get("/metrics").json()["workers_idle"] == 1
+        kept = pid_a if _alive(pid_a) else pid_b
+        assert not _alive(pid_b if kept == pid_a else pid_a)
+        solo = new_session(tc, "soloboom")  # another env never gets it
+        assert worker_pid(tc, solo) != kept
+        c = new_session(tc, "reuseboom")
+        assert worker_pid(tc, c) == kept and tc.get("/metrics").json()["sessions_on_reused_workers"] == 1
+        assert tc.post(f"/sessions/{c}/reset", json={"task_id": 0}).status_code == 200  # a fresh env, working
+        assert tc.delete(f"/sessions/{c}").status_code == 204
+        os.kill(kept, signal.SIGKILL)  # an idle worker that dies is forgotten, not given out
+        wait_for(lambda: tc.get("/metrics").json()["workers_idle"] == 0)
+        d = new_session(tc, "reuseboom")
+        assert worker_pid(tc, d) not in (kept, pid_a, pid_b)
+        monkeypatch.setattr(pool, "IDLE_WORKER_S", 0.0)  # an idle worker past its wait stops at the next request
+        fresh = worker_pid(tc, d)
+        assert tc.delete(f"/sessions/{d}").status_code == 204
+        new_session(tc, "soloboom")
+        new_session(tc, "reuseboom")
+        wait_for(lambda: not _alive(fresh))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.mark.slow

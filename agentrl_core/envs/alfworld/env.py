@@ -95,6 +95,7 @@ class AlfWorld(Env):
 
     name = "alfworld"
     dedicated_worker = True  # TextWorld's engine is not thread-safe: the server gives each session a process
+    reuse_worker = True  # closing a session drops its engine: the process (engine imported, parses cached) serves the next
     extra = "alfworld"
     requires = ("alfworld", "textworld", "fast_downward")
     splits = {"train": TRAIN_IDS, "test": TEST_IDS}  # noqa: RUF012  (instances replace it: official data)
