@@ -255,6 +255,32 @@ def test_the_memoized_parses_keep_the_engines_text() -> None:
     assert textgen._parse_and_convert.cache_info().hits > 0  # installed again, and answering from its cache
 
 
+def test_a_reused_worker_plays_a_task_exactly_as_a_new_one() -> None:
+    """The env server keeps ALFWorld's worker for the next session (reuse_worker): that session plays the same task
+    with the expert to the same transcript as the first one did in its new process."""
+    _need_engine()
+    from fastapi.testclient import TestClient
+
+    from agentrl_core.env_service.server import create_app
+
+    def play(client: TestClient) -> tuple[int, list[str]]:
+        created = client.post("/sessions", json={"env": "alfworld", "task_id": 5}).json()
+        sid, seen = created["session_id"], [created["observation"]]
+        for _ in range(40):
+            action = client.get(f"/sessions/{sid}/expert").json()["action"]
+            step = client.post(f"/sessions/{sid}/step", json={"action": action}).json()
+            seen.append(step["observation"])
+            if step["terminated"] or step["truncated"]:
+                break
+        reused = client.get("/metrics").json()["sessions_on_reused_workers"]
+        assert client.delete(f"/sessions/{sid}").status_code == 204
+        return reused, seen
+
+    with TestClient(create_app(["alfworld"], workers=1)) as client:
+        (reused_before, first), (reused_after, second) = play(client), play(client)
+    assert (reused_before, reused_after) == (0, 1) and second == first and len(first) > 2
+
+
 def test_episode_rewards_observations_and_invalid_actions() -> None:
     _need_engine()
     env = AlfWorld()
