@@ -252,14 +252,13 @@ class WorkerPool:
 
     async def dedicated_worker(self, env: str | None = None) -> Worker:
         """A process for one session: an idle worker kept for `env` when there is one, else a new process."""
-        await self._stop_stale_idle()
-        waiting = self.idle.get(env, []) if env is not None else []
-        while waiting:
+        await self._stop_stale_idle()  # what is left waiting is alive and within its wait
+        waiting = self.idle.get(env) if env is not None else None
+        if waiting:
             worker = waiting.pop()
-            if worker.alive:
-                worker.idle_since = None
-                self.reused += 1
-                return worker
+            worker.idle_since = None
+            self.reused += 1
+            return worker
         worker = await self._spawn(dedicated=True)
         self.dedicated.add(worker)
         return worker

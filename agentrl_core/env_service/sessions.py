@@ -220,8 +220,8 @@ class SessionStore:
         except Exception:  # noqa: BLE001 - the session is gone either way
             log.exception("closing session %d (%s) failed", session.id, session.env_name)
         finally:  # a worker is reused only after a clean close (its env's own close ran)
-            host = self.hosts.get(session.env_name)
-            await self.pool.release(worker, session.env_name if closed and host is not None and host.reuse else None)
+            reuse = closed and self.hosts[session.env_name].reuse
+            await self.pool.release(worker, session.env_name if reuse else None)
 
     # -- expiry and loss ---------------------------------------------------------------------------
     async def sweep(self, force: bool = False) -> int:
