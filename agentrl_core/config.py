@@ -374,6 +374,9 @@ class AlgorithmConfig(Section):
     """DAPO: drop groups whose rewards are all equal and roll out more groups to refill the batch."""
     dynamic_sampling_max_rounds: int = Field(3, ge=1)
     """DAPO: the most generation rounds one step may use to refill (then it trains on what it has)."""
+    rollout_filter_ratio: float = Field(1.0, gt=0.0, le=1.0)
+    """RAGEN's variance filter (StarPO-S): train on the max(1, floor(ratio * G + 0.5)) of a step's G groups
+    whose rewards have the largest std (algorithms.variance_filter); 1 = every group (off), 0.25 = RAGEN's."""
     r3l_retry: bool = False
     """R3L rollout: each failed attempt reflects (JSON), then retries from the step it names with its
     guidance in context; the retry joins its attempt's group (pair with advantage r3l, policy_loss opmd)."""

@@ -119,6 +119,11 @@ def check_learnable(cfg: Recipe) -> None:
             f"algorithm.dynamic_sampling drops groups whose rewards are all equal, and a group of "
             f"rollout.group_size={group} always is, so every step would end empty; set rollout.group_size "
             "to 2 or more, or dynamic_sampling: false")
+    if cfg.algorithm.rollout_filter_ratio < 1.0 and group < 2:
+        raise ConfigError(
+            f"algorithm.rollout_filter_ratio={cfg.algorithm.rollout_filter_ratio} keeps the groups whose rewards "
+            f"vary most, and a group of rollout.group_size={group} never varies, so the filter would drop tasks "
+            "at random; set rollout.group_size to 2 or more, or rollout_filter_ratio: 1")
 
 
 def check_rl_stage(cfg: Recipe) -> None:

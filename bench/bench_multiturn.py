@@ -7,8 +7,10 @@ Per seed s (trainer.seed = s decides the demos drawn, their order and the RL sam
    later seeds reuse its choice (a setting is chosen once, on validation, never on the test split).
 2. RL: each of `--algorithms` (e.g. grpo, gigpo) trains from that SFT start for the same wall time
    (`trainer.max_minutes = --rl-minutes`), validating every `--val-every` steps (the curve in the plot).
-3. SFT control: SFT given the RL stage's extra wall time, t_control ~ t_sft + t_rl: the chosen epochs
-   over demos x (t_sft + t_rl) / t_sft expert episodes (more data, the best use of the time for SFT).
+3. SFT controls (`--controls`), each SFT given the RL stage's extra wall time, t_control ~ t_sft + t_rl:
+   `more-demos` trains the chosen epochs over demos x (t_sft + t_rl) / t_sft expert episodes (an unlimited
+   expert: more data, the best use of the time for SFT); `same-demos` trains on the same demos only, for
+   epochs x (t_sft + t_rl) / t_sft epochs (a fixed set of demonstrations: what else the time could buy).
 4. Every model plays the same `--test-tasks` test tasks greedily, once (the base model for the first seed).
 
 `--control-of RUN.json` runs step 3 alone for an earlier run of this bench (its JSON): per seed, the SFT
@@ -17,12 +19,16 @@ the same test tasks and compared with that run's models (their scores are read f
 
 Prints each model's success with its 95% Wilson interval, and paired differences on the same tasks
 (Newcombe's interval, McNemar's exact p): each RL model vs its SFT start, GiGPO vs GRPO, each RL model vs
-the SFT control; success per task type; the training reward (first/last quarter) and validation
+each SFT control; success per task type; the training reward (first/last quarter) and validation
 success (first/last) per run. Plot: `<root>/curves.png`.
 
     .venv/bin/python bench/bench_multiturn.py [--recipe household_learn] [--seeds 0 1] [--rl-minutes 10]
         [--sft-grid 16x2 32x2] [--algorithms gigpo grpo] [--all-arms-seeds N] [--test-tasks 200]
-        [--val-tasks 64] [KEY=VALUE ...]
+        [--val-tasks 64] [--controls more-demos same-demos] [KEY=VALUE ...]
+
+A fixed set of N demonstrations (RL against SFT on the same demos): `--sft-grid 64x1 64x2 64x4 --controls
+same-demos more-demos --algorithms gigpo gigpo-filter` chooses the epochs on validation, and the same-demos
+control is what SFT alone makes of the RL stage's time with no new demonstration.
 """
 
 from __future__ import annotations
@@ -61,12 +67,15 @@ ARMS = {
     "gigpo": ("gigpo", []),
     "gigpo-pool": ("gigpo", ["experience.enabled=true", "experience.mode=mixed"]),
     "raft": ("raft", ["algorithm.policy_loss=raft"]),
+    "gigpo-filter": ("gigpo", ["algorithm.rollout_filter_ratio=0.5"]),
 }
 """RL arm -> (its advantage estimator, its other overrides). The estimator is always set explicitly: the
 recipe's own may be either (gigpo keeps the recipe's gamma and step weight). gigpo-pool is GiGPO with the
 experience pool in mixed mode (half of each group's samples see lessons retrieved from earlier successes;
 the pool's other settings are the recipe's); every arm is tested without the pool, on the same tasks. raft is
-reward-ranked fine-tuning: the SFT loss on the step's successful episodes only (no negative gradient)."""
+reward-ranked fine-tuning: the SFT loss on the step's successful episodes only (no negative gradient).
+gigpo-filter is GiGPO with RAGEN's variance filter: half of each step's groups, those whose rewards vary most,
+train (RAGEN keeps a quarter of many more groups; a step here has 8-16)."""
 
 
 def arm_overrides(arm: str) -> list[str]:
@@ -108,7 +117,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--test-tasks", type=int, default=200, help="held-out test tasks every model plays once")
     p.add_argument("--val-tasks", type=int, default=64, help="validation tasks (training range, never trained on)")
     p.add_argument("--val-every", type=int, default=5, help="validate the RL policy every N steps (0: never)")
-    p.add_argument("--no-control", action="store_true", help="skip the SFT control")
+    p.add_argument("--controls", nargs="+", choices=sorted(CONTROLS), default=["more-demos"],
+                   help="the SFT controls given the RL time (see above)")
+    p.add_argument("--no-control", action="store_true", help="skip the SFT controls")
     p.add_argument("--sft-start", type=Path, default=None,
                    help="an SFT export to start every seed's RL from (chosen earlier, on validation): no SFT grid here")
     p.add_argument("--control-of", type=Path, default=None,
@@ -223,17 +234,34 @@ def run_seed(bench: Bench, seed: int, base: Path, chosen: SftSetting | None, all
         bench.test(f"{algorithm}-seed{seed}", seed, bench.rl(algorithm, seed, sft))
         rl_minutes.append(bench.minutes[f"{algorithm}-seed{seed}"])
     if all_arms and not bench.args.no_control and bench.args.sft_start is None:
-        run_control(bench, seed, control_setting(chosen, bench.minutes[sft_label], max(rl_minutes)), base)
+        run_controls(bench, seed, chosen, bench.minutes[sft_label], max(rl_minutes), base)
     return chosen
 
 
-def control_setting(start: SftSetting, sft_minutes: float, rl_minutes: float) -> SftSetting:
-    """The SFT control: the start's epochs over demos x (t_sft + t_rl) / t_sft expert episodes."""
-    return SftSetting(round(start.demos * (sft_minutes + rl_minutes) / sft_minutes), start.epochs)
+def more_demos(start: SftSetting, scale: float) -> SftSetting:
+    """The start's epochs over demos x (t_sft + t_rl) / t_sft expert episodes."""
+    return SftSetting(round(start.demos * scale), start.epochs)
 
 
-def run_control(bench: Bench, seed: int, control: SftSetting, base: Path) -> None:
-    bench.test(f"sft-control-seed{seed}", seed, bench.sft(f"sftcontrol{control}-seed{seed}", seed, control, base))
+def same_demos(start: SftSetting, scale: float) -> SftSetting:
+    """The start's demos for epochs x (t_sft + t_rl) / t_sft epochs (at least one more than the start's)."""
+    return SftSetting(start.demos, max(start.epochs + 1, round(start.epochs * scale)))
+
+
+CONTROLS = {"more-demos": ("sft-control", "sftcontrol", more_demos),
+            "same-demos": ("sft-samedemos", "sftsame", same_demos)}
+"""SFT control -> (its test label prefix, its run name prefix, its setting from (start, (t_sft + t_rl) / t_sft))."""
+
+
+def run_controls(bench: Bench, seed: int, start: SftSetting, sft_minutes: float, rl_minutes: float,
+                 base: Path) -> None:
+    """Train and test each `--controls` SFT control of a seed, sized by the start's SFT and the RL wall time."""
+    for name in bench.args.controls:
+        label, run, setting_of = CONTROLS[name]
+        control = setting_of(start, (sft_minutes + rl_minutes) / sft_minutes)
+        print(f"seed {seed}: SFT control {name} {control} (start {start}, {sft_minutes:.1f} + {rl_minutes:.1f} min "
+              "of RL)", flush=True)
+        bench.test(f"{label}-seed{seed}", seed, bench.sft(f"{run}{control}-seed{seed}", seed, control, base))
 
 
 def adopt_earlier_run(args: argparse.Namespace) -> dict:
@@ -266,10 +294,7 @@ def run_earlier_controls(bench: Bench, earlier: dict, base: Path) -> SftSetting:
         sft_minutes = times.get(f"minutes_sft{start}-seed{seed}")
         if sft_minutes is None or not rl:
             raise SystemExit(f"{source} has no SFT and RL wall time for seed {seed}: no control to size")
-        control = control_setting(start, sft_minutes, max(rl))
-        print(f"seed {seed}: SFT control {control} (start {start}, {sft_minutes:.1f} + {max(rl):.1f} min of RL)",
-              flush=True)
-        run_control(bench, seed, control, base)
+        run_controls(bench, seed, start, sft_minutes, max(rl), base)
     return start
 
 
@@ -326,13 +351,15 @@ def task_types(env: str, kwargs: dict, ids: list[int]) -> dict[int, str] | None:
 
 
 def comparisons(bench: Bench) -> list[Comparison]:
-    """Each RL model vs its SFT start and vs the SFT control; GiGPO vs GRPO; GiGPO with the pool vs without; per
-    seed."""
+    """Each RL model vs its SFT start and vs each SFT control; GiGPO vs GRPO; GiGPO with the pool or the variance
+    filter vs without; per seed."""
     out = []
     for seed in bench.args.seeds:
         rl = [f"{a}-seed{seed}" for a in bench.args.algorithms]
-        pairs = [(m, f"sft-seed{seed}") for m in rl] + [(m, f"sft-control-seed{seed}") for m in rl]
-        pairs += [(f"{a}-seed{seed}", f"{b}-seed{seed}") for a, b in (("gigpo", "grpo"), ("gigpo-pool", "gigpo"))
+        pairs = [(m, f"sft-seed{seed}") for m in rl]
+        pairs += [(m, f"{label}-seed{seed}") for label, _, _ in CONTROLS.values() for m in rl]
+        pairs += [(f"{a}-seed{seed}", f"{b}-seed{seed}")
+                  for a, b in (("gigpo", "grpo"), ("gigpo-pool", "gigpo"), ("gigpo-filter", "gigpo"))
                   if a in bench.args.algorithms and b in bench.args.algorithms]
         out += [compare(bench.tests[a].task_success, bench.tests[b].task_success, (a, b))
                 for a, b in pairs if a in bench.tests and b in bench.tests]

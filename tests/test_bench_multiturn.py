@@ -49,6 +49,10 @@ def test_comparisons_pair_each_rl_model_with_its_start_the_control_and_each_othe
     assert arm_overrides("gigpo-pool") == ["algorithm.advantage=gigpo", "experience.enabled=true",
                                            "experience.mode=mixed"]
     assert arm_overrides("grpo") == ["algorithm.advantage=grpo"]
+    tests["gigpo-filter-seed0"] = _summary({t: t < 28 for t in ids})
+    filtered = {(c.a, c.b) for c in comparisons(_bench(tests, [0], ["gigpo", "gigpo-filter"], tmp_path))}
+    assert ("gigpo-filter-seed0", "gigpo-seed0") in filtered
+    assert arm_overrides("gigpo-filter") == ["algorithm.advantage=gigpo", "algorithm.rollout_filter_ratio=0.5"]
 
 
 def test_success_by_household_task_type(tmp_path: Path) -> None:
@@ -141,11 +145,11 @@ def _earlier_run(tmp_path: Path, sft_start: str = "128x2") -> Path:
 
 
 def test_the_control_of_an_earlier_run_is_sized_from_its_times_and_paired_with_its_models(tmp_path: Path) -> None:
-    from bench.bench_multiturn import adopt_earlier_run, control_setting, run_earlier_controls
+    from bench.bench_multiturn import adopt_earlier_run, run_earlier_controls
 
-    assert control_setting(SftSetting(128, 2), 10.0, 23.0) == SftSetting(422, 2)  # 128 x 33 / 10, same epochs
     args = argparse.Namespace(control_of=_earlier_run(tmp_path), recipe="household_learn", overrides=[], seeds=[0, 1],
-                              algorithms=["gigpo", "grpo"], test_tasks=200, val_tasks=64, root=str(tmp_path))
+                              algorithms=["gigpo", "grpo"], test_tasks=200, val_tasks=64, root=str(tmp_path),
+                              controls=["more-demos", "same-demos"])
     earlier = adopt_earlier_run(args)  # the control trains as that run's SFT did
     assert (args.overrides, args.seeds, args.algorithms, args.test_tasks) == (["trainer.optim.lr=1e-5"], [0], ["gigpo"], 40)
     bench = _bench({}, args.seeds, args.algorithms, tmp_path)
@@ -154,10 +158,20 @@ def test_the_control_of_an_earlier_run_is_sized_from_its_times_and_paired_with_i
     bench.play = lambda cfg, model, ids, label: _summary({t: t < 20 for t in ids})
     bench.cfg = lambda name, seed, *extra: None
     assert run_earlier_controls(bench, earlier, tmp_path) == SftSetting(128, 2)
-    assert trained == [("sftcontrol422x2-seed0", SftSetting(422, 2))]
+    # 128 x 33 / 10 demos for the same 2 epochs; the same 128 demos for 2 x 33 / 10 epochs
+    assert trained == [("sftcontrol422x2-seed0", SftSetting(422, 2)), ("sftsame128x7-seed0", SftSetting(128, 7))]
     comps = {(c.a, c.b): c for c in comparisons(bench)}
     assert comps[("gigpo-seed0", "sft-control-seed0")].diff == pytest.approx(0.25)
+    assert comps[("gigpo-seed0", "sft-samedemos-seed0")].diff == pytest.approx(0.25)
     assert comps[("gigpo-seed0", "sft-seed0")].diff == pytest.approx(0.5)  # the earlier scores, read back
+
+
+def test_the_controls_spend_the_rl_time_on_more_demos_or_on_more_epochs_of_the_same() -> None:
+    from bench.bench_multiturn import more_demos, same_demos
+
+    assert more_demos(SftSetting(64, 2), 1.5) == SftSetting(96, 2)
+    assert same_demos(SftSetting(64, 2), 1.5) == SftSetting(64, 3)
+    assert same_demos(SftSetting(64, 1), 1.2) == SftSetting(64, 2)  # always at least one epoch more than the start
 
 
 def test_a_control_that_cannot_be_sized_or_paired_is_refused(tmp_path: Path) -> None:
@@ -165,7 +179,8 @@ def test_a_control_that_cannot_be_sized_or_paired_is_refused(tmp_path: Path) -> 
 
     def args(path: Path, overrides: list[str]) -> argparse.Namespace:
         return argparse.Namespace(control_of=path, recipe="household_learn", overrides=overrides, seeds=[0],
-                                  algorithms=["gigpo"], test_tasks=40, val_tasks=8, root=str(tmp_path))
+                                  algorithms=["gigpo"], test_tasks=40, val_tasks=8, root=str(tmp_path),
+                                  controls=["more-demos"])
 
     with pytest.raises(SystemExit, match=r"used the overrides \['trainer.optim.lr=1e-5'\]"):
         adopt_earlier_run(args(_earlier_run(tmp_path), ["trainer.optim.lr=3e-5"]))

@@ -9,7 +9,7 @@ The trainer composes them and never branches on a name:
            - cfg.entropy_coef * agg(entropy_from_logits(logits), mask, norm)
 New members are added with the `register_*` decorators; importing this package fills the registries.
 Outside the registries (they change the data, not the loss): reward shaping (`overlong_penalty`,
-`kl_penalized_rewards`), DAPO's `dynamic_sampling_keep`, RAFT's `raft_select`, R3L's
+`kl_penalized_rewards`), DAPO's `dynamic_sampling_keep`, RAGEN's `top_variance_keep`, RAFT's `raft_select`, R3L's
 `r3l_advantages`, and truncated importance sampling (`tis_weights`, `apply_tis`).
 """
 
@@ -71,6 +71,7 @@ from agentrl_core.algorithms.reinforce_pp import (
 from agentrl_core.algorithms.shaping import kl_penalized_rewards, overlong_penalty
 from agentrl_core.algorithms.step_batch import StepBatch, StepTurn
 from agentrl_core.algorithms.tis import apply_tis, tis_weights
+from agentrl_core.algorithms.variance_filter import groups_to_keep, top_variance_keep
 
 __all__ = [
     "ADVANTAGE_BASELINES",
@@ -107,6 +108,7 @@ __all__ = [
     "get_step_advantage_estimator",
     "gigpo_advantage",
     "group_has_spread",
+    "groups_to_keep",
     "group_logavgexp",
     "group_stats",
     "groups_still_needed",
@@ -140,6 +142,7 @@ __all__ = [
     "sequence_log_ratio",
     "step_advantages",
     "tis_weights",
+    "top_variance_keep",
     "vanilla_pg_loss",
 ]
 

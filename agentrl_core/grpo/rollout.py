@@ -73,8 +73,25 @@ def rollout_batch(executor: Executor, env_factory: Callable[[], Any], train_ids:
     Without dynamic sampling one round, training on every usable trajectory. With it (DAPO), groups
     whose rewards are all equal are dropped and more tasks are rolled out until tasks_per_step
     informative groups are kept or dynamic_sampling_max_rounds is reached; then whole groups are
-    kept, at most tasks_per_step of them.
+    kept, at most tasks_per_step of them. Then, with algorithm.rollout_filter_ratio < 1 (RAGEN), only
+    that share of the groups, those with the largest reward std, trains.
     """
+    every, train, rounds = _rounds(executor, env_factory, train_ids, step, cfg)
+    return every, top_variance_groups(train, cfg.algorithm.rollout_filter_ratio), rounds
+
+
+def top_variance_groups(trajs: Sequence[Trajectory], ratio: float) -> list[Trajectory]:
+    """RAGEN's filter (algorithms.variance_filter): the samples of the groups with the largest reward std."""
+    if ratio >= 1.0 or not trajs:
+        return list(trajs)
+    keep = alg.top_variance_keep(torch.tensor([t.reward for t in trajs], dtype=torch.float32),
+                                 torch.tensor([t.group for t in trajs], dtype=torch.long), ratio)
+    return [t for t, k in zip(trajs, keep.tolist()) if k]
+
+
+def _rounds(executor: Executor, env_factory: Callable[[], Any], train_ids: Sequence[int], step: int,
+            cfg: RecipeConfig) -> tuple[list[Trajectory], list[Trajectory], int]:
+    """(every trajectory, the usable ones DAPO's filter keeps, rounds): one round without dynamic sampling."""
     tasks = step_tasks(train_ids, step, cfg)
     every = _rollout_round(executor, env_factory, tasks, step, 0, cfg)
     if not cfg.algorithm.dynamic_sampling:

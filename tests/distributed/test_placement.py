@@ -105,6 +105,7 @@ def test_only_what_cannot_run_on_ray_is_refused_when_the_recipe_is_built():
     with pytest.raises((ConfigError, ValueError), match="openai samples from a fixed served model"):
         RecipeConfig(distributed={"backend": "ray"}, rollout={"engine": {"kind": "openai"}})
     for setting in ({"model": {"lora": {"enabled": True}}}, {"algorithm": {"dynamic_sampling": True}},
+                    {"algorithm": {"rollout_filter_ratio": 0.25}},
                     {"rollout": {"engine": {"kind": "vllm"}}},
                     {"trainer": {"backend": "deepspeed"}}, {"experience": {"enabled": True}},
                     {"algorithm": {"r3l_retry": True, "advantage": "r3l", "policy_loss": "opmd"}}):

@@ -94,7 +94,7 @@ def test_the_experience_pool_on_ray(tiny_model_path, env_server_url, tmp_path):
 
 def test_lora_trains_adapters_and_the_workers_sample_the_merged_weights(tiny_model_path, env_server_url, tmp_path):
     cfg = ray_recipe("countdown_grpo", tiny_model_path, tmp_path, "model.lora.enabled=true", "model.lora.r=4",
-                     "trainer.optim.lr=5e-2", "algorithm.entropy_coef=0.1")
+                     "trainer.optim.lr=5e-2", "algorithm.entropy_coef=0.1", "algorithm.rollout_filter_ratio=0.5")
     pools: list[RolloutPool] = []
     original = RolloutPool.__init__
 
@@ -111,7 +111,8 @@ def test_lora_trains_adapters_and_the_workers_sample_the_merged_weights(tiny_mod
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(RolloutPool, "__init__", keep)
-        run(cfg, tiny_model_path, env_server_url, tmp_path / "grpo", on_step=on_step)
+        lines = run(cfg, tiny_model_path, env_server_url, tmp_path / "grpo", on_step=on_step)
+    assert [m["samples_trained"] for m in lines] == [2.0, 2.0]  # RAGEN's filter on Ray: 1 of the 2 groups of 2 trains
     ckpt = step_dir(tmp_path / "grpo" / "checkpoints", 2) / "model"
     assert (ckpt / "adapter_model.safetensors").exists()  # the trainer trained and saved adapters
     from agentrl_core.checkpoints import export_hf
