@@ -515,6 +515,10 @@ class EvalConfig(Section):
     """Sampling for evaluation (temperature 0 = greedy)."""
     batch_size: int = Field(32, ge=1)
     """Episodes played in parallel."""
+    reuse: bool = False
+    """Reuse an earlier evaluation under run.root that played exactly these episodes (the same model weights,
+    code, env settings, tasks, limits, eval settings, dtypes, engine and machine arithmetic;
+    evaluation.reuse) instead of playing them again."""
 
 
 class RunConfig(Section):

@@ -15,6 +15,7 @@ from agentrl_core.system import progress
 from agentrl_core.checkpoints import export_hf
 from agentrl_core.config import RecipeConfig
 from agentrl_core.env_service import EnvClient
+from agentrl_core.evaluation.reuse import evaluate_or_reuse
 from agentrl_core.evaluation.runner import evaluate_model
 from agentrl_core.models import resolve_model
 from agentrl_core.models.compute_settings import resolve_compute_settings
@@ -113,9 +114,9 @@ def evaluate(cfg: RecipeConfig, label: str, model: str, env_url: str) -> dict:
 def _evaluate(cfg: RecipeConfig, label: str, model: str, env_url: str):
     with EnvClient(env_url) as client:
         test_ids = resolve_task_ids(cfg.env, client, "test")
-    return evaluate_model(model, task_ids=test_ids, env_name=cfg.env.name, env_url=env_url, cfg=cfg.eval, n_tasks=cfg.env.test_tasks,
-                          max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens,
-                          dtype=cfg.model.dtype, autocast=cfg.model.compute_dtype, engine=cfg.rollout.engine,
-                          out_dir=cfg.run_dir / "eval" / label,
-                          on_progress=lambda done, total: progress.report(f"eval-{label}", done, total,
-                                                                          f"evaluating {label}"))
+    out_dir = cfg.run_dir / "eval" / label
+    return evaluate_or_reuse(cfg, model, test_ids, out_dir, lambda: evaluate_model(
+        model, task_ids=test_ids, env_name=cfg.env.name, env_url=env_url, cfg=cfg.eval, n_tasks=cfg.env.test_tasks,
+        max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens, dtype=cfg.model.dtype,
+        autocast=cfg.model.compute_dtype, engine=cfg.rollout.engine, out_dir=out_dir,
+        on_progress=lambda done, total: progress.report(f"eval-{label}", done, total, f"evaluating {label}")))
