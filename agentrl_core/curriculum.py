@@ -50,6 +50,9 @@ class CurriculumConfig(Section):
     """The stages, in order."""
     evaluate: bool = True
     """Evaluate the base model and every stage's export on the held-out tasks of the last stage."""
+    evaluate_each_stage: bool = False
+    """Also score each stage on its own held-out tasks as it ends: the model it started from and its export,
+    paired in <run>/<stage>/report/ (what each stage adds on the tasks it trained for)."""
 
     @field_validator("stages")
     @classmethod

@@ -25,7 +25,8 @@ def _resolve(curriculum: CurriculumConfig | None, curriculum_file: str | None) -
 @flow(name="curriculum", log_prints=True, validate_parameters=True)
 def curriculum(curriculum: CurriculumConfig | None = None, curriculum_file: str | None = None,
                overrides: list[str] | None = None) -> dict:
-    """Train the stages in order, each from the previous stage's export; evaluate base and every stage.
+    """Train the stages in order, each from the previous stage's export; evaluate base and every stage (and,
+    with `evaluate_each_stage`, each stage against its start on its own held-out tasks as it ends).
 
     `curriculum_file` is a name in recipes/curricula/ (default `bfcl`) or a YAML path; `overrides`
     (dotted KEY=VALUE) apply to every stage, after the stage's own. Re-running after a failure
@@ -42,7 +43,7 @@ def curriculum(curriculum: CurriculumConfig | None = None, curriculum_file: str 
 def _stages(cur: CurriculumConfig, recipes: list, run_id: int) -> dict:
     init = base = import_model(recipes[0].model.name)
     recipes = [compute_settings(r, base) for r in recipes]  # auto -> this machine's values (measured once, cached)
-    stages, exports = [], {}
+    stages, exports, stage_reports = [], {}, {}
     for index, (spec, recipe) in enumerate(zip(cur.stages, recipes)):
         done = export_is_complete(export_dir(recipe, spec.name))
         stage_task = curriculum_stage if done else curriculum_stage.with_options(refresh_cache=True)
@@ -54,6 +55,9 @@ def _stages(cur: CurriculumConfig, recipes: list, run_id: int) -> dict:
         record_stage(recipe, run_id, spec.name, index, outcome, recipe.run_dir / spec.name)
         exports[spec.name] = record_export(recipe, run_id, spec.name, outcome["export"])
         stages.append({**outcome, "cached": cached})
+        if cur.evaluate_each_stage and recipe.eval.enabled:
+            stage_reports[spec.name] = _evaluate_stage(recipe, spec.name, init, outcome["export"], run_id,
+                                                       exports[spec.name])
         init = outcome["export"]
     last = recipes[-1]
     evals: dict[str, dict] = {}
@@ -64,4 +68,16 @@ def _stages(cur: CurriculumConfig, recipes: list, run_id: int) -> dict:
                 record_eval(last, run_id, label, exports.get(label, model), evals[label])
     summary = report(str(last.run_dir), evals, {s["name"]: str(last.run_dir / s["name"]) for s in stages},
                      {s["name"]: s["export"] for s in stages})
-    return {"run_dir": str(last.run_dir), "stages": stages, "evals": evals, "report": summary}
+    return {"run_dir": str(last.run_dir), "stages": stages, "evals": evals, "report": summary,
+            "stage_reports": stage_reports}
+
+
+def _evaluate_stage(recipe, name: str, start: str, export: str, run_id: int, uri: str) -> dict:
+    """The model a stage started from ("<stage>-start") and its export ("<stage>-trained") on the stage's own
+    held-out tasks, paired in <run>/<stage>/report/."""
+    evals = {}
+    with env_server(recipe.env) as url:
+        for label, model in ((f"{name}-start", start), (f"{name}-trained", export)):
+            evals[label] = evaluate(recipe, label, model, url)
+            record_eval(recipe, run_id, label, uri if model == export else model, evals[label])
+    return report(str(recipe.run_dir / name), evals, {name: str(recipe.run_dir / name)}, {name: export})

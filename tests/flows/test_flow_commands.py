@@ -4,6 +4,7 @@ each run's record ends completed in the registry."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,17 +54,29 @@ def test_sft_then_batch_and_nightly_evaluation_from_the_command_line(prefect_har
     assert kinds(root) == {"sft": "completed", "batch-eval": "completed", "nightly-eval": "completed"}
 
 
-def test_a_curriculum_from_the_command_line(prefect_harness, tiny_model_path, tmp_path):
+def test_a_curriculum_from_the_command_line_scores_each_stage_on_its_own_tasks(prefect_harness, tiny_model_path,
+                                                                              tmp_path):
+    import pyarrow.parquet as pq
+
     cur = tmp_path / "two.yaml"
-    cur.write_text(yaml.safe_dump({"base_recipe": "household_grpo", "evaluate": False, "stages": [
-        {"name": "a", "overrides": ["trainer.steps=1"]}, {"name": "b", "overrides": ["trainer.steps=1"]}]}))
+    cur.write_text(yaml.safe_dump({"base_recipe": "household_grpo", "evaluate": False, "evaluate_each_stage": True,
+                                   "stages": [{"name": "a", "overrides": ["trainer.steps=1"]},
+                                              {"name": "b", "overrides": ["trainer.steps=1",
+                                                                          "env.kwargs.max_steps=5"]}]}))
     root = tmp_path / "runs"
     overrides = [f"model.name={tiny_model_path}", f"run.root={root}", "run.name=cur", "env.max_turns=2",
                  "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.sampling.max_new_tokens=4",
-                 "model.compute_dtype=float32"]
+                 "model.compute_dtype=float32", "env.test_tasks=2", "eval.sampling.max_new_tokens=4"]
     assert main(["curriculum", str(cur), *overrides]) == 0
     assert (root / "cur" / "export" / "b" / "COMPLETE").exists()
     assert kinds(root) == {"curriculum": "completed"}
+    for stage, start in (("a", str(tiny_model_path)), ("b", str(root / "cur" / "export" / "a"))):
+        report = json.loads((root / "cur" / stage / "report" / "eval.json").read_text())
+        assert [row["model"] for row in report["rows"]] == [f"{stage}-start", f"{stage}-trained"]
+        assert (report["comparisons"][0]["a"], report["comparisons"][0]["b"]) == (f"{stage}-trained", f"{stage}-start")
+        played = pq.read_table(root / "cur" / "eval" / f"{stage}-start" / "trajectories.parquet")
+        assert set(played.column("model").to_pylist()) == {start}  # stage b starts from stage a's export
+    assert json.loads((root / "cur" / "report" / "eval.json").read_text())["rows"] == []  # `evaluate: false`
 
 
 def test_a_bad_override_fails_before_any_flow_starts(tmp_path, capsys):
