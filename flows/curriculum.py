@@ -10,7 +10,7 @@ from agentrl_core.errors import ConfigError
 from tasks.curriculum import curriculum_stage
 from tasks.env_server import env_server
 from tasks.lifecycle import recipe_lifecycle
-from tasks.records import record_eval, record_export, record_stage
+from tasks.records import record_eval, record_export, record_stage, stage_split
 from tasks.report import report
 from tasks.secrets import prepare_secrets
 from tasks.training_stages import compute_settings, evaluate, import_model
@@ -79,5 +79,5 @@ def _evaluate_stage(recipe, name: str, start: str, export: str, run_id: int, uri
     with env_server(recipe.env) as url:
         for label, model in ((f"{name}-start", start), (f"{name}-trained", export)):
             evals[label] = evaluate(recipe, label, model, url)
-            record_eval(recipe, run_id, label, uri if model == export else model, evals[label])
+            record_eval(recipe, run_id, label, uri if model == export else model, evals[label], stage_split(name))
     return report(str(recipe.run_dir / name), evals, {name: str(recipe.run_dir / name)}, {name: export})

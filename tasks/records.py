@@ -80,14 +80,25 @@ def _pass_at(table: dict | float | None, k: int) -> float | None:
 
 
 @task(name="registry-eval", **QUICK)
-def record_eval(recipe: RecipeConfig, run_id: int, label: str, checkpoint_uri: str, summary: dict) -> None:
-    """Store one evaluation summary (the flow's held-out evaluation) against its checkpoint."""
+def record_eval(recipe: RecipeConfig, run_id: int, label: str, checkpoint_uri: str, summary: dict,
+                split: str = "test") -> None:
+    """Store one evaluation summary (the flow's held-out evaluation) against its checkpoint; `split` names the
+    task set when one env setting's "test" is not the only one scored (a curriculum stage's: `stage_split`)."""
     from agentrl_core.store import EvalRecord
 
     with _registry(recipe) as reg:
-        reg.add_eval(EvalRecord(checkpoint_uri=str(checkpoint_uri), env=recipe.env.name, split="test",
+        reg.add_eval(EvalRecord(checkpoint_uri=str(checkpoint_uri), env=recipe.env.name, split=split,
                                 seed=recipe.eval.seed, k=recipe.eval.k, engine=recipe.rollout.engine.kind,
                                 n_tasks=int(summary["n_tasks"]), success_rate=float(summary["success_rate"]),
                                 pass_at_k=_pass_at(summary.get("pass_at_k"), recipe.eval.k),
                                 reward_mean=summary.get("mean_reward"),
                                 metrics={"label": label, **summary}, run=recipe.run.name, step=None))
+
+
+def stage_split(stage: str) -> str:
+    """The registry split of a curriculum stage's own held-out tasks: "test.<stage>" (a digest of the name past the
+    column's 32 characters), so a model scored on two stages' tasks keeps both results."""
+    import hashlib
+
+    split = f"test.{stage}"
+    return split if len(split) <= 32 else f"test.{hashlib.sha256(stage.encode()).hexdigest()[:27]}"

@@ -77,6 +77,17 @@ def test_a_curriculum_from_the_command_line_scores_each_stage_on_its_own_tasks(p
         played = pq.read_table(root / "cur" / "eval" / f"{stage}-start" / "trajectories.parquet")
         assert set(played.column("model").to_pylist()) == {start}  # stage b starts from stage a's export
     assert json.loads((root / "cur" / "report" / "eval.json").read_text())["rows"] == []  # `evaluate: false`
+    with open_registry(None, root) as reg:  # stage a's export keeps its score on a's tasks and on b's
+        assert sorted((e.split, e.metrics["label"]) for e in reg.evals()) == [
+            ("test.a", "a-start"), ("test.a", "a-trained"), ("test.b", "b-start"), ("test.b", "b-trained")]
+
+
+def test_a_stage_split_names_the_stage_within_the_registry_column():
+    from tasks.records import stage_split
+
+    assert stage_split("stage1") == "test.stage1"
+    long = stage_split("s" * 40)
+    assert len(long) == 32 and long.startswith("test.") and long != stage_split("s" * 41)
 
 
 def test_a_bad_override_fails_before_any_flow_starts(tmp_path, capsys):
