@@ -11,7 +11,9 @@ parallel as `pyproject.toml` says), never mixed, since coverage slows what it me
 1. **timing**: `pytest -q --durations=0 -p no:cacheprovider`. Figures: the counts and wall minutes of
    pytest's closing line, each module's seconds (setup + call + teardown of its tests, summed over the
    workers: the work, not the wall time), the ten slowest tests, and how busy the CPUs were over the run
-   (from /proc/stat: where the parallel workers leave cores idle).
+   (from /proc/stat: where the parallel workers leave cores idle), and the CPU seconds of every process the
+   suite started, summed by kind (`bench/process_cpu.py`: pytest's workers, `agentrl run`, Prefect's servers,
+   env servers and workers, Ray actors, JVMs, compilers...): where the CPU goes, not only the waits.
 2. **coverage**: the same tests under coverage.py, measuring the packages `agentrl_core`, `flows`, `tasks`
    and `agentrl` in *every* Python process the tests start (`[run] patch = subprocess`: `agentrl run`, env
    and Prefect servers, Ray workers; `sigterm = true` saves a process ended by SIGTERM), the data files
@@ -37,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.process_cpu import ProcessSampler  # noqa: E402
 from bench.record_command import pytest_figures, run_teed  # noqa: E402
 from bench.recording import ROOT, current, git_state, run_recorded, split_record_args  # noqa: E402
 
@@ -138,8 +141,13 @@ def busy_share(before: tuple[float, float], after: tuple[float, float]) -> float
 
 
 def timing(tree: Path, extra: list[str]) -> int:
+    sampler = ProcessSampler()
+    sampler.start()
     start, cpu_start = time.perf_counter(), cpu_times()
-    status, output = run_pytest(["--durations=0", *extra], tree, tree_env(tree))
+    try:
+        status, output = run_pytest(["--durations=0", *extra], tree, tree_env(tree))
+    finally:
+        sampler.stop()
     wall, cpu_busy = time.perf_counter() - start, busy_share(cpu_start, cpu_times())
     modules, tests = durations(output)
     figures = {"wall_s": wall, "wall_min": wall / 60, "exit_status": float(status), **pytest_figures(output),
@@ -147,6 +155,7 @@ def timing(tree: Path, extra: list[str]) -> int:
                "cpu_busy_pct": cpu_busy}
     figures |= {f"module/{name}": s for name, s in modules.most_common()}
     figures |= {f"slowest/{name}": s for name, s in tests.most_common(10)}
+    figures |= sampler.figures()
     report(figures, tree)
     return status
 

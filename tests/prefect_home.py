@@ -5,7 +5,7 @@ schema revisions: about 13 s of CPU (of 21 s to boot on a 2-core Zen 3), paid ag
 run its own home. A user pays it once, on the first run; later runs find the database at Prefect's head revision.
 So the suite migrates one database per session (`prefect server database upgrade`, shared by the parallel workers
 under a file lock) and copies it into each test's home: the later-run case, as a user meets it. The first-run case
-(an empty home) stays covered by the tests that do not seed one (test_signals' runs that end by themselves).
+(an empty home) stays covered by the tests that do not seed one (test_signals' run that completes by itself).
 """
 
 from __future__ import annotations

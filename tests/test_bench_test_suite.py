@@ -48,3 +48,33 @@ def test_the_coverage_configuration_measures_every_process(tmp_path: Path) -> No
 def test_busy_share_is_the_busy_part_of_the_cpu_time_between_two_readings() -> None:
     assert busy_share((100.0, 400.0), (250.0, 600.0)) == pytest.approx(75.0)
     assert busy_share((0.0, 0.0), (0.0, 0.0)) == 0.0
+
+
+def test_process_kinds_come_from_the_first_words_of_the_command_line() -> None:
+    from bench.process_cpu import OTHER, kind_of
+
+    assert kind_of("/v/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))").startswith("pytest")
+    assert kind_of("python3 -m agentrl.prefect_server --port 1 --parent-pid 2") == \
+        "Prefect temporary server of agentrl run"
+    assert kind_of("python -m agentrl_core.env_service.worker --fd 5 /tmp/pytest-of-root/x") == "env workers"
+    assert kind_of("ray::RolloutWorker.run") == "Ray actors and workers"
+    assert kind_of("/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus -quiet shm.cpp") == "C/C++ compilers"
+    assert kind_of("/usr/bin/python3 /tmp/guide/checks.py") == "other Python processes"
+    assert kind_of("sleep 5") == OTHER
+
+
+def test_the_sampler_counts_the_cpu_of_processes_started_after_it_by_kind() -> None:
+    import subprocess
+    import sys
+
+    from bench.process_cpu import ProcessSampler
+
+    sampler = ProcessSampler(period_s=0.05)
+    sampler.start()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(0.3)"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    sampler.stop()
+    figures = sampler.figures()
+    assert figures["processes/other Python processes"] == 1.0  # this process, started before, is left out
+    assert 0.4 <= figures["cpu_s/other Python processes"] <= 1.5  # its 0.6 s of CPU, seen to the last sample
+    assert figures["process_cpu_s_total"] == pytest.approx(sum(v for k, v in figures.items() if k.startswith("cpu_s/")))

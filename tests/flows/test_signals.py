@@ -275,7 +275,12 @@ def test_signals_during_a_phase_stop_the_run_and_resume_works(name, tiny_model_p
 
 @pytest.mark.parametrize(("outcome", "extra", "code"), [("completes", [], 0),
                                                         ("fails", ["sft.dataset=/nonexistent/demos.jsonl"], 1)])
-def test_no_process_outlives_a_run_that_ends_by_itself(outcome, extra, code, tiny_model_path, tmp_path):
+def test_no_process_outlives_a_run_that_ends_by_itself(outcome, extra, code, tiny_model_path, tmp_path,
+                                                      prefect_database):
+    if outcome == "fails":  # a later run's home (migrated database); the run that completes is a first run
+        from tests.prefect_home import seed_home
+
+        seed_home(tmp_path / "prefect", prefect_database)
     run = Run(tiny_overrides(tiny_model_path, tmp_path / "runs") + extra, tmp_path, 0)
     seen: dict[int, str] = {}
     while run.proc.poll() is None:  # everything the run starts, as it starts it

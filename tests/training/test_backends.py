@@ -96,6 +96,24 @@ def test_no_cuda_is_refused_unless_allow_cpu() -> None:
         deepspeed_backend.import_deepspeed(DeepSpeedConfig(allow_cpu=True, offload_optimizer=True))
 
 
+
+@pytest.mark.skipif(torch.cuda.is_available() or not HAS_DEEPSPEED, reason="needs DeepSpeed and no CUDA")
+def test_on_the_cpu_deepspeed_never_compiles_its_inference_all_reduce(monkeypatch: pytest.MonkeyPatch) -> None:
+    deepspeed = deepspeed_backend.import_deepspeed(DeepSpeedConfig(allow_cpu=True))
+    import importlib
+
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    ds_comm = importlib.import_module("deepspeed.comm.torch")  # (`deepspeed.comm.torch` the attribute is torch)
+
+    def no_build(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        raise AssertionError(f"DeepSpeed tried to build {self.NAME}")
+
+    monkeypatch.setattr(OpBuilder, "load", no_build)
+    assert deepspeed.ops.__compatible_ops__[deepspeed_backend.SHM_COMM_OP] is False
+    assert ds_comm.build_shm_op() is None  # what deepspeed.comm's TorchBackend asks for when it starts
+
+
 # -- torch backend -----------------------------------------------------------------------------
 def test_torch_backend_matches_hand_computed_adamw(tmp_path: Path) -> None:
     optim = OptimConfig(lr=1e-2, weight_decay=0.1, warmup_steps=2, grad_clip=0.05)

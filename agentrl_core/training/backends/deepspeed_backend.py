@@ -43,7 +43,26 @@ def import_deepspeed(ds: DeepSpeedConfig) -> Any:
             raise BackendUnavailableError("trainer.deepspeed offload_* moves state from the GPU to the CPU; "
                                           "without a GPU there is nothing to offload: turn them off")
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        deepspeed = importlib.import_module("deepspeed")
+        skip_cpu_inference_all_reduce(importlib.import_module("deepspeed.ops"))
+        return deepspeed
     return importlib.import_module("deepspeed")
+
+
+SHM_COMM_OP = "deepspeed_shm_comm"
+"""DeepSpeed's shared-memory all-reduce for CPU inference (deepspeed.comm's `inference_all_reduce`)."""
+
+
+def skip_cpu_inference_all_reduce(ops: Any) -> None:
+    """Tell DeepSpeed its CPU shared-memory all-reduce op is unavailable, so it is never JIT-compiled.
+
+    On its CPU accelerator, DeepSpeed's communication backend builds that C++ op (two files through g++,
+    about 2 CPU-minutes) the first time a process on the machine initialises it, only to serve
+    `inference_all_reduce`; ZeRO training reduces through torch.distributed (gloo) and never calls it. The
+    op is dropped from `deepspeed.ops.__compatible_ops__`, the probe result DeepSpeed caches and consults
+    before building (`build_shm_op` returns None for an incompatible op); nothing else changes.
+    """
+    ops.__compatible_ops__[SHM_COMM_OP] = False
 
 
 
