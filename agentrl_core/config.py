@@ -217,8 +217,10 @@ class DeepSpeedConfig(Section):
     stage3_prefetch_bucket_size: int = Field(50_000_000, ge=1)
     """ZeRO-3: parameter elements fetched ahead of their use."""
     allow_cpu: bool = False
-    """Run DeepSpeed without CUDA on its CPU accelerator (gloo, world size 1): for tests and smoke
-    runs only, it is slow; without CUDA and with this off, backend=deepspeed is refused."""
+    """Run DeepSpeed without CUDA on its CPU accelerator (gloo; one rank, or `distributed.trainer_workers`
+    ranks on Ray): for tests and smoke runs only, it is slow. Its shared-memory all-reduce for CPU inference
+    is never compiled (ZeRO training reduces through gloo). Without CUDA and with this off,
+    backend=deepspeed is refused."""
 
     @model_validator(mode="after")
     def _param_offload_needs_zero3(self) -> DeepSpeedConfig:

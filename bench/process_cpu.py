@@ -5,7 +5,7 @@ actors, JVMs, compilers); pytest's durations say how long each test waited, not 
 CPU. `ProcessSampler` reads every process's /proc/<pid>/stat (utime + stime) every `period_s` while the
 command runs and keeps each process's last reading; processes started before the sampler are left out, so
 on a quiet machine what is counted is the command's. Each process is then put in a KIND by its command
-line (read once, when first seen).
+line (read at its first few samples: a child caught between fork and exec shows its parent's).
 
 Two limits, both in the figures' favour of looking smaller, never larger: a process that lives less than one
 period may be missed, and a process's last `period_s` before it exits is not seen.
@@ -43,6 +43,8 @@ KINDS: tuple[tuple[str, str], ...] = (
 )
 """(kind, pattern searched in the first words of the command line), first match wins."""
 OTHER = "other processes"
+SIGHTINGS = 3
+"""A process's kind is read from its command line at each of its first SIGHTINGS samples, then kept."""
 
 
 def kind_of(command: str) -> str:
@@ -78,7 +80,7 @@ class ProcessSampler:
     """Samples /proc in a thread between start() and stop(); figures() sums the CPU by kind."""
 
     period_s: float = 0.5
-    seen: dict[tuple[int, int], list] = field(default_factory=dict)  # (pid, start) -> [kind, cpu ticks]
+    seen: dict[tuple[int, int], list] = field(default_factory=dict)  # (pid, start) -> [kind, ticks, sightings]
     _floor: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -110,15 +112,16 @@ class ProcessSampler:
             if stat is None or stat[1] <= self._floor:
                 continue
             key = (int(pid), stat[1])
-            if key not in self.seen:
-                self.seen[key] = [kind_of(_command(pid, stat[0])), 0.0]
-            self.seen[key][1] = stat[2]
+            entry = self.seen.setdefault(key, [OTHER, 0.0, 0])
+            if entry[2] < SIGHTINGS:  # a child seen between fork and exec still shows its parent's command
+                entry[0] = kind_of(_command(pid, stat[0]))
+            entry[1], entry[2] = stat[2], entry[2] + 1
 
     def figures(self) -> dict[str, float]:
         """cpu_s/<kind> and processes/<kind> for every kind seen, the total, and the sampler's own CPU."""
         tick = float(os.sysconf("SC_CLK_TCK"))
         cpu, count = Counter(), Counter()
-        for kind, ticks in self.seen.values():
+        for kind, ticks, _ in self.seen.values():
             cpu[kind] += ticks / tick
             count[kind] += 1
         figures = {"process_cpu_s_total": sum(cpu.values()), "processes_total": float(sum(count.values())),

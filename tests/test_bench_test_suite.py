@@ -78,3 +78,29 @@ def test_the_sampler_counts_the_cpu_of_processes_started_after_it_by_kind() -> N
     assert figures["processes/other Python processes"] == 1.0  # this process, started before, is left out
     assert 0.4 <= figures["cpu_s/other Python processes"] <= 1.5  # its 0.6 s of CPU, seen to the last sample
     assert figures["process_cpu_s_total"] == pytest.approx(sum(v for k, v in figures.items() if k.startswith("cpu_s/")))
+
+
+def test_a_child_seen_before_its_exec_takes_the_kind_of_what_it_execs() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from bench.process_cpu import ProcessSampler
+
+    sampler = ProcessSampler(period_s=600)  # samples once as it starts, then only when asked (and at stop)
+    sampler.start()
+    code = "import os, sys; sys.stdin.readline(); os.execvp('sleep', ['sleep', '5'])"  # python until told
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        time.sleep(0.5)
+        sampler.sample()
+        assert [k for k, _, _ in sampler.seen.values()] == ["other Python processes"]
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        time.sleep(0.5)
+        sampler.sample()
+        assert [k for k, _, _ in sampler.seen.values()] == ["other processes"]  # now `sleep`
+    finally:
+        child.kill()
+        child.wait()
+        sampler.stop()

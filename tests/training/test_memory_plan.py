@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 
 import pytest
 
@@ -155,13 +156,16 @@ def test_the_run_peak_adds_the_trainer_and_every_worker(caplog):
     assert mp.check_run_peak(None, 3, metrics) == {} and mp.check_run_peak(_plan(9), 3, metrics) == {}
 
 
-def _touched(n_bytes: int) -> bytes:
-    return b"\x01" * n_bytes  # filled, so every page is resident
+def _touched(n_bytes: int) -> None:
+    """Make `n_bytes` resident, then hand them back to the OS: an anonymous mapping, every page written, then
+    unmapped. Not a Python object: malloc may keep a freed buffer in its heap (what a worker's earlier tests
+    did to its allocator decides), and then the peak could not restart lower."""
+    with mmap.mmap(-1, n_bytes) as pages:
+        pages[::mmap.PAGESIZE] = b"\x01" * (n_bytes // mmap.PAGESIZE)
 
 
 def test_the_peak_restarts_from_what_is_resident_now():
-    big = _touched(512 * MIB)
-    del big
+    _touched(512 * MIB)
     before = peak_resident_bytes()
     if not reset_peak_resident():
         pytest.skip("/proc/self/clear_refs cannot be written here")
@@ -171,8 +175,7 @@ def test_the_peak_restarts_from_what_is_resident_now():
 def test_a_grpo_stage_reports_its_own_peak_not_an_earlier_stages(tiny_model_path, env_server_url, tmp_path):
     if not reset_peak_resident():
         pytest.skip("/proc/self/clear_refs cannot be written here")
-    earlier = _touched(1024 * MIB)  # an earlier stage in this process that peaked 1 GiB higher, then freed it
-    del earlier
+    _touched(1024 * MIB)  # an earlier stage in this process that peaked 1 GiB higher, then freed it
     lifetime = peak_resident_bytes()
     cfg = load_recipe("household_grpo", [
         f"model.name={tiny_model_path}", f"run.root={tmp_path}", "trainer.steps=1", "rollout.tasks_per_step=2",
