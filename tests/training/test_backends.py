@@ -96,7 +96,6 @@ def test_no_cuda_is_refused_unless_allow_cpu() -> None:
         deepspeed_backend.import_deepspeed(DeepSpeedConfig(allow_cpu=True, offload_optimizer=True))
 
 
-
 @pytest.mark.skipif(torch.cuda.is_available() or not HAS_DEEPSPEED, reason="needs DeepSpeed and no CUDA")
 def test_on_the_cpu_deepspeed_never_compiles_its_inference_all_reduce(monkeypatch: pytest.MonkeyPatch) -> None:
     deepspeed = deepspeed_backend.import_deepspeed(DeepSpeedConfig(allow_cpu=True))

@@ -43,10 +43,10 @@ def import_deepspeed(ds: DeepSpeedConfig) -> Any:
             raise BackendUnavailableError("trainer.deepspeed offload_* moves state from the GPU to the CPU; "
                                           "without a GPU there is nothing to offload: turn them off")
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        deepspeed = importlib.import_module("deepspeed")
-        skip_cpu_inference_all_reduce(importlib.import_module("deepspeed.ops"))
-        return deepspeed
-    return importlib.import_module("deepspeed")
+    deepspeed = importlib.import_module("deepspeed")
+    if not torch.cuda.is_available():
+        skip_cpu_inference_all_reduce(deepspeed.ops)
+    return deepspeed
 
 
 SHM_COMM_OP = "deepspeed_shm_comm"
