@@ -27,7 +27,8 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("pytest and its workers (the in-process tests)",
      r"-m pytest|bin/pytest|-c import sys;exec\(eval\(sys\.stdin"),  # the last: how pytest-xdist starts a worker
     ("Prefect temporary server of agentrl run", r"agentrl\.prefect_server"),
-    ("Prefect flow-run processes", r"prefect\.engine|prefect\.flow_engine"),
+    ("Prefect flow-run processes",  # a process worker starts `-m prefect.runner._workspace_supervisor`, which
+     r"prefect\.engine|prefect\.flow_engine|prefect[./]runner[./]_workspace"),  # runs its bootstrap's engine
     ("Prefect servers, workers and CLI", r"bin/prefect|uvicorn"),
     ("agentrl CLI (run, eval, ...)", r"bin/agentrl|agentrl\.cli"),
     ("env servers", r"env_service\.server"),

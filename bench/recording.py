@@ -153,12 +153,18 @@ def command_line(argv: list[str]) -> str:
     return " ".join([*env, python_shown, script_shown, *(shlex.quote(a) for a in argv[1:])])
 
 
+RESULTS_PATHSPEC = ":(exclude)bench/results"
+"""Left out of the dirty check: results files are what benches write, not what they run, so a run recorded after
+another in the same checkout (a sequence of re-recordings at one commit) is still recorded at that commit."""
+
+
 def git_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
-    """(HEAD's commit, whether tracked files differ from it) of the checkout at `root`; (None, None) outside one."""
+    """(HEAD's commit, whether tracked files other than results differ from it) of the checkout at `root`;
+    (None, None) outside one."""
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                 RESULTS_PATHSPEC], cwd=root, capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None, None
     return rev.stdout.strip(), bool(status.stdout.strip())

@@ -58,6 +58,11 @@ def test_process_kinds_come_from_the_first_words_of_the_command_line() -> None:
         "Prefect temporary server of agentrl run"
     assert kind_of("python -m agentrl_core.env_service.worker --fd 5 /tmp/pytest-of-root/x") == "env workers"
     assert kind_of("ray::RolloutWorker.run") == "Ray actors and workers"
+    for flow_run in ("/v/bin/python -m prefect.runner._workspace_supervisor /tmp/w/config.json",  # Prefect 3.8's
+                     "/v/bin/python /v/site-packages/prefect/runner/_workspace_runtime_bootstrap.py engine",
+                     "/v/bin/python -m prefect.engine"):
+        assert kind_of(flow_run) == "Prefect flow-run processes", flow_run
+    assert kind_of("/v/bin/prefect worker start --pool p") == "Prefect servers, workers and CLI"
     assert kind_of("/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus -quiet shm.cpp") == "C/C++ compilers"
     assert kind_of("/usr/bin/python3 /tmp/guide/checks.py") == "other Python processes"
     assert kind_of("sleep 5") == OTHER

@@ -184,6 +184,20 @@ def test_a_run_that_exits_zero_after_its_figures_is_recorded(tmp_path: Path) -> 
     assert json.loads((tmp_path / "results" / "ok.json").read_text())["figures"] == {"x": 1.5}
 
 
+def test_a_results_file_left_by_an_earlier_run_does_not_make_the_checkout_dirty(tmp_path: Path) -> None:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "a.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "c"]):
+        subprocess.run([*git, *cmd], cwd=tmp_path, check=True)
+    revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout
+    (tmp_path / "bench" / "results" / "a.json").write_text('{"figures": {}}')  # an earlier bench of the sequence
+    assert recording.git_state(tmp_path) == (revision.strip(), False)
+    (tmp_path / "code.py").write_text("x = 2\n")  # what a bench runs
+    assert recording.git_state(tmp_path) == (revision.strip(), True)
+
+
 def test_exit_status_of_a_return_value_or_exit_code() -> None:
     assert [recording.exit_status(c) for c in (None, 0, 3, "message")] == [0, 0, 3, 1]
 
