@@ -153,7 +153,7 @@ def command_line(argv: list[str]) -> str:
     return " ".join([*env, python_shown, script_shown, *(shlex.quote(a) for a in argv[1:])])
 
 
-RESULTS_PATHSPEC = ":(exclude)bench/results"
+RESULTS_PATHSPEC = f":(exclude){RESULTS_DIR.relative_to(ROOT).as_posix()}"
 """Left out of the dirty check: results files are what benches write, not what they run, so a run recorded after
 another in the same checkout (a sequence of re-recordings at one commit) is still recorded at that commit."""
 
