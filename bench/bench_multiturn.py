@@ -299,13 +299,15 @@ def run_earlier_controls(bench: Bench, earlier: dict, base: Path) -> SftSetting:
 
 
 CURVES = {"reward": "reward_mean", "validation": "val/success_rate", "samples_trained": "samples_trained",
-          "samples_backpropagated": "samples_backpropagated", "groups_with_signal": "groups_with_signal"}
+          "samples_backpropagated": "samples_backpropagated", "groups_with_signal": "groups_with_signal",
+          "invalid_action_rate": "invalid_action_rate"}
 """The per-step series kept for each RL run (name in the results -> its metric in metrics.jsonl)."""
 
 
 def curves(bench: Bench) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """Per RL run: the training reward, the validation success, how many samples trained and were
-    back-propagated (the others had advantage 0 everywhere), and the share of groups with signal, per step."""
+    back-propagated (the others had advantage 0 everywhere), the share of groups with signal, and the share of
+    the rollouts' commands the environment refused (where it reports them), per step."""
     out = {}
     for name in bench.minutes:
         stage = Path(bench.args.root) / name / "grpo"
@@ -385,8 +387,10 @@ def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
     figures.update({f"{c.a}_minus_{c.b}": c.diff for c in comps})
     runs = curves(bench)
     for name, series in runs.items():
-        first, last = quarter_means([r for _, r in series["reward"]])
-        figures[f"reward_first_quarter ({name})"], figures[f"reward_last_quarter ({name})"] = first, last
+        for key in ("reward", "invalid_action_rate"):
+            if series.get(key):
+                first, last = quarter_means([v for _, v in series[key]])
+                figures[f"{key}_first_quarter ({name})"], figures[f"{key}_last_quarter ({name})"] = first, last
         if series["validation"]:
             figures[f"val_first ({name})"] = series["validation"][0][1]
             figures[f"val_last ({name})"] = series["validation"][-1][1]

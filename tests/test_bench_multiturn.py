@@ -84,14 +84,15 @@ def test_curves_read_the_rl_metrics_and_plot(tmp_path: Path) -> None:
     stage = tmp_path / "gigpo-seed0" / "grpo"
     stage.mkdir(parents=True)
     (stage / "metrics.jsonl").write_text(
-        '{"step": 0, "val/success_rate": 0.1}\n{"step": 1, "reward_mean": 0.2, "samples_backpropagated": 48}\n'
+        '{"step": 0, "val/success_rate": 0.1}\n{"step": 1, "reward_mean": 0.2, "samples_backpropagated": 48, '
+        '"invalid_action_rate": 0.05}\n'
         '{"step": 2, "reward_mean": 0.4, "val/success_rate": 0.3, "samples_backpropagated": 40}\n')
     bench = _bench({}, [0], ["gigpo"], tmp_path)
     bench.minutes = {"gigpo-seed0": 1.0, "sft32x2-seed0": 1.0}  # the SFT run has no RL metrics
     runs = curves(bench)
     assert runs == {"gigpo-seed0": {"reward": [(1, 0.2), (2, 0.4)], "validation": [(0, 0.1), (2, 0.3)],
                                     "samples_trained": [], "samples_backpropagated": [(1, 48), (2, 40)],
-                                    "groups_with_signal": []}}
+                                    "groups_with_signal": [], "invalid_action_rate": [(1, 0.05)]}}
     plot(runs, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
