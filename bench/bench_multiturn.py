@@ -14,8 +14,9 @@ Per seed s (trainer.seed = s decides the demos drawn, their order and the RL sam
 4. Every model plays the same `--test-tasks` test tasks greedily, once (the base model for the first seed).
 
 `--control-of RUN.json` runs step 3 alone for an earlier run of this bench (its JSON): per seed, the SFT
-control of that run's SFT start and longest RL arm, trained with that run's recipe and overrides, scored on
-the same test tasks and compared with that run's models (their scores are read from the JSON).
+control of that run's SFT start and longest RL arm, trained with that run's recipe, overrides and compute dtype
+(on another CPU too), scored on the same test tasks and compared with that run's models (their scores are read
+from the JSON).
 
 Prints each model's success with its 95% Wilson interval, and paired differences on the same tasks
 (Newcombe's interval, McNemar's exact p): each RL model vs its SFT start, GiGPO vs GRPO, each RL model vs
@@ -129,6 +130,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--all-arms-seeds", type=int, default=None,
                    help="the first N seeds run every algorithm and the SFT control; later seeds only the first "
                         "algorithm (default: every seed runs every arm)")
+    p.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default=None,
+                   help="the dtype every model trains and plays in (default: this machine's, as the flows choose it; "
+                        "with --control-of: the earlier run's, so the control pairs with models computed alike)")
     p.add_argument("--root", default="runs/bench-multiturn")
     p.add_argument("--json")
     p.add_argument("overrides", nargs="*")
@@ -274,7 +278,22 @@ def adopt_earlier_run(args: argparse.Namespace) -> dict:
                          f"{args.overrides}; its control trains with its own settings: drop them here")
     for key in ("recipe", "overrides", "seeds", "algorithms", "test_tasks", "val_tasks"):
         setattr(args, key, before[key])
+    args.compute_dtype = earlier_dtype(args.control_of, earlier, args.compute_dtype)
     return earlier
+
+
+def earlier_dtype(source: Path, earlier: dict, given: str | None) -> str:
+    """The compute dtype of an earlier run's models, which its control must use: bf16 and fp32 autocast train and
+    play differently, so a control computed otherwise would differ from the run's models in two ways at once."""
+    recorded = earlier.get("compute_dtype")
+    if recorded is None and given is None:
+        raise SystemExit(f"--control-of {source}: that run's JSON does not record its compute dtype (it predates the "
+                         f"field); pass --compute-dtype float32 or bfloat16, the one its models ran in (its CPU: "
+                         f"{earlier.get('cpu', 'not recorded')})")
+    if recorded is not None and given is not None and given != recorded:
+        raise SystemExit(f"--control-of {source}: that run's models computed in {recorded}, not {given}; its control "
+                         "computes as they did: drop --compute-dtype")
+    return recorded or given
 
 
 def run_earlier_controls(bench: Bench, earlier: dict, base: Path) -> SftSetting:
@@ -404,7 +423,7 @@ def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
     print(describe_cpu())
     start = (f"SFT start given ({args.sft_start})" if args.sft_start is not None
              else f"SFT start {chosen} chosen on {len(bench.val_ids)} validation tasks")
-    print_table(f"{cfg.env.name}: {len(bench.test_ids)} test tasks, greedy; {start}", figures)
+    print_table(f"{cfg.env.name}: {len(bench.test_ids)} test tasks, greedy, {bench.dtype}; {start}", figures)
     for label, s in bench.tests.items():
         print(f"  {label:>22}: {s.success_text()}")
     for c in comps:
@@ -414,7 +433,7 @@ def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
         print(f"  {label:>22} by task type: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in row.items()))
     gains = [c for c in comps if c.b.startswith("sft-seed")]
     for algorithm in args.algorithms:
-        mine = [c for c in gains if c.a.startswith(f"{algorithm}-")]
+        mine = [c for c in gains if c.a in {f"{algorithm}-seed{seed}" for seed in args.seeds}]
         print(f"{algorithm} > SFT start on every seed, interval excluding 0: "
               f"{'yes' if mine and all(c.low > 0 for c in mine) else 'no'}; gains "
               + ", ".join(f"{100 * c.diff:+.1f} [{100 * c.low:+.1f}, {100 * c.high:+.1f}]" for c in mine))
@@ -422,7 +441,8 @@ def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
     save_json(args.json or str(Path(args.root) / "bench_multiturn.json"), {
         "args": {k: (list(map(str, v)) if k == "sft_grid" else str(v) if isinstance(v, Path) else v)
                  for k, v in vars(args).items()},
-        "cpu": describe_cpu(), "figures": figures, "sft_start": str(args.sft_start or chosen),
+        "cpu": describe_cpu(), "compute_dtype": bench.dtype, "figures": figures,
+        "sft_start": str(args.sft_start or chosen),
         "tests": {k: v.to_dict() for k, v in bench.tests.items()}, "comparisons": [c.to_dict() for c in comps],
         "by_task_type": types, "curves": runs, "validation_ids": bench.val_ids, "test_ids": bench.test_ids})
 
@@ -433,7 +453,7 @@ def main() -> None:
     earlier = adopt_earlier_run(args) if args.control_of is not None else None
     cfg = load_recipe(args.recipe, [*args.overrides, f"run.root={args.root}"])
     base = resolve_model(cfg.model.name)
-    dtype = resolve_compute_settings(cfg, base).model.compute_dtype  # auto -> this machine's, as the flows do
+    dtype = args.compute_dtype or resolve_compute_settings(cfg, base).model.compute_dtype  # auto: as the flows do
     with launch_server([cfg.env.name], env_kwargs={cfg.env.name: cfg.env.kwargs}) as server:
         bench = Bench(args, server.url, dtype)
         if earlier is not None:

@@ -136,7 +136,7 @@ def _earlier_run(tmp_path: Path, sft_start: str = "128x2") -> Path:
     ids = list(range(40))
     run = {"args": {"recipe": "household_learn", "overrides": ["trainer.optim.lr=1e-5"], "seeds": [0],
                     "algorithms": ["gigpo"], "test_tasks": 40, "val_tasks": 8},
-           "sft_start": sft_start, "test_ids": ids,
+           "sft_start": sft_start, "test_ids": ids, "compute_dtype": "float32",
            "figures": {"minutes_sft128x2-seed0": 10.0, "minutes_gigpo-seed0": 23.0},
            "tests": {"sft-seed0": _summary({t: t < 10 for t in ids}).to_dict(),
                      "gigpo-seed0": _summary({t: t < 30 for t in ids}).to_dict()}}
@@ -150,9 +150,10 @@ def test_the_control_of_an_earlier_run_is_sized_from_its_times_and_paired_with_i
 
     args = argparse.Namespace(control_of=_earlier_run(tmp_path), recipe="household_learn", overrides=[], seeds=[0, 1],
                               algorithms=["gigpo", "grpo"], test_tasks=200, val_tasks=64, root=str(tmp_path),
-                              controls=["more-demos", "same-demos"])
+                              controls=["more-demos", "same-demos"], compute_dtype=None)
     earlier = adopt_earlier_run(args)  # the control trains as that run's SFT did
     assert (args.overrides, args.seeds, args.algorithms, args.test_tasks) == (["trainer.optim.lr=1e-5"], [0], ["gigpo"], 40)
+    assert args.compute_dtype == "float32"  # the earlier run's, whatever this machine would choose
     bench = _bench({}, args.seeds, args.algorithms, tmp_path)
     bench.args, bench.test_ids, trained = args, list(range(40)), []
     bench.sft = lambda name, seed, setting, base: trained.append((name, setting)) or tmp_path
@@ -181,7 +182,7 @@ def test_a_control_that_cannot_be_sized_or_paired_is_refused(tmp_path: Path) -> 
     def args(path: Path, overrides: list[str]) -> argparse.Namespace:
         return argparse.Namespace(control_of=path, recipe="household_learn", overrides=overrides, seeds=[0],
                                   algorithms=["gigpo"], test_tasks=40, val_tasks=8, root=str(tmp_path),
-                                  controls=["more-demos"])
+                                  controls=["more-demos"], compute_dtype=None)
 
     with pytest.raises(SystemExit, match=r"used the overrides \['trainer.optim.lr=1e-5'\]"):
         adopt_earlier_run(args(_earlier_run(tmp_path), ["trainer.optim.lr=3e-5"]))
@@ -193,3 +194,17 @@ def test_a_control_that_cannot_be_sized_or_paired_is_refused(tmp_path: Path) -> 
     bench.args, bench.test_ids = args(_earlier_run(tmp_path), []), list(range(41))
     with pytest.raises(SystemExit, match="other test tasks"):
         run_earlier_controls(bench, adopt_earlier_run(bench.args), tmp_path)
+
+
+def test_a_control_computes_in_the_dtype_of_the_run_it_controls(tmp_path: Path) -> None:
+    from bench.bench_multiturn import earlier_dtype
+
+    source = tmp_path / "run.json"
+    assert earlier_dtype(source, {"compute_dtype": "bfloat16"}, None) == "bfloat16"
+    assert earlier_dtype(source, {"compute_dtype": "float32"}, "float32") == "float32"
+    with pytest.raises(SystemExit, match="computed in float32, not bfloat16"):
+        earlier_dtype(source, {"compute_dtype": "float32"}, "bfloat16")
+    old = {"cpu": "CPU: AMD EPYC (family 25 model 1), avx2"}  # recorded before the field existed
+    with pytest.raises(SystemExit, match=r"does not record its compute dtype.*--compute-dtype float32 or bfloat16.*avx2"):
+        earlier_dtype(source, old, None)
+    assert earlier_dtype(source, old, "float32") == "float32"
