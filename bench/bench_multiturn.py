@@ -346,7 +346,8 @@ def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], out: Path) -> None
                 ax.plot(*zip(*series[key]), marker="o", markersize=3, label=name)
     left.set(xlabel="RL step", ylabel="rollout reward (train tasks)", title="training reward")
     right.set(xlabel="RL step", ylabel="greedy success (validation)", title="validation success")
-    left.legend(fontsize=7)
+    if runs:  # a controls-only run has no RL curve to label
+        left.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
     plt.close(fig)
