@@ -4,7 +4,8 @@ Each line is `{"step": int, "time": unix seconds, **metrics}`; non-finite values
 `null` (strict JSON) and are left out of TensorBoard. A crash can tear only the last line,
 which `read_metrics` skips and a new `MetricsWriter` trims. Resuming at step S
 (`resume_step=S`) drops lines with step > S so the file stays monotonic, and TensorBoard
-hides its own events past S (SummaryWriter's `purge_step`).
+hides its own events past S (SummaryWriter's `purge_step`). A new event file is opened in a later
+second than every earlier one of the run, so TensorBoard reads it last (see `_after_earlier_event_files`).
 
 A full disk raises one DiskFullError naming the file: a line that could not be written whole is
 cut off again (the file ends at its last complete record), and closing the writer while that
@@ -29,6 +30,10 @@ logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 _RESERVED = ("step", "time")
+EVENT_FILE_PREFIX = "events.out.tfevents."
+"""An event file's name: `events.out.tfevents.<creation second>.<host>.<pid>.<per-process counter>`."""
+MAX_CLOCK_WAIT_S = 2.0
+"""The longest wait for the clock to pass an earlier event file's second (a clock set back waits no longer)."""
 
 
 def _parse_lines(text: str, path: Path) -> tuple[list[dict], bool]:
@@ -97,6 +102,31 @@ def _prepare_file(path: Path, resume_step: int | None) -> None:
         _rewrite(path, kept)
 
 
+def _newest_event_second(tb_dir: Path) -> int | None:
+    """The creation second in the names of the run's event files, the newest (None: no event file yet)."""
+    seconds = [int(field) for field in (p.name[len(EVENT_FILE_PREFIX):].split(".", 1)[0]
+                                        for p in tb_dir.glob(EVENT_FILE_PREFIX + "*")) if field.isdigit()]
+    return max(seconds, default=None)
+
+
+def _after_earlier_event_files(tb_dir: Path) -> None:
+    """Wait until the clock's second is past every earlier event file's, so that a new file sorts after them.
+
+    TensorBoard reads a run's event files in name order, whose first key is the creation second; within one
+    second the rest decides (host, pid, a counter written as text: "10" sorts before "9"), which can put a
+    resumed run's file, holding the purge of the steps past the resume, before the file whose steps it purges:
+    the purge is then read first and the old steps stay. At most one second's wait (MAX_CLOCK_WAIT_S when the
+    clock was set back; past that, a warning and no wait).
+    """
+    newest = _newest_event_second(tb_dir)
+    wait = 0.0 if newest is None else newest + 1 - time.time()
+    if wait > MAX_CLOCK_WAIT_S:
+        logger.warning("TensorBoard event files in %s are from %.0f s in the future (clock set back?): the new "
+                       "file may be read before them", tb_dir, wait)
+    elif wait > 0:
+        time.sleep(wait)
+
+
 class MetricsWriter:
     """Append-only metrics log of one run (`<run_dir>/metrics.jsonl` and `<run_dir>/tensorboard/`)."""
 
@@ -115,6 +145,7 @@ class MetricsWriter:
 
             purge = None if resume_step is None else resume_step + 1
             with raising_disk_full(self.tb_dir):
+                _after_earlier_event_files(self.tb_dir)
                 self._tb = SummaryWriter(log_dir=str(self.tb_dir), purge_step=purge)
 
     def log(self, step: int, metrics: dict[str, Any], prefix: str = "") -> dict:

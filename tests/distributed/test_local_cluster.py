@@ -9,8 +9,10 @@ their custom resources, the run's secrets reaching the other nodes without showi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -37,13 +39,24 @@ def test_node_specs_and_the_arguments_of_each_node() -> None:
         with pytest.raises(argparse.ArgumentTypeError, match="ROLE:CPUS"):
             lc.NodeSpec.parse(bad)
     head = lc.ray_start_args(None, 6390, 0, {"agentrl_head": 1.0}, Path("/tmp/s"))
-    node = lc.ray_start_args("127.0.0.1:6390", 6390, 1, {"agentrl_rollout": 1.0}, Path("/tmp/s"))
+    with _bound(int(head[head.index(flag) + 1]) for flag in lc.NODE_PORT_FLAGS):  # the head runs: its ports taken
+        node = lc.ray_start_args("127.0.0.1:6390", 6390, 1, {"agentrl_rollout": 1.0}, Path("/tmp/s"))
     assert head[1:3] == ["start", "--block"] and node[1:3] == ["start", "--block"]
     assert "--head" in head and head[head.index("--port") + 1] == "6390" and "--address" not in head
     assert node[node.index("--address") + 1] == "127.0.0.1:6390" and "--head" not in node
     assert json.loads(node[node.index("--resources") + 1]) == {"agentrl_rollout": 1.0}
-    for flag in lc.NODE_PORT_FLAGS:  # nodes sharing a machine each get their own ports
-        assert head[head.index(flag) + 1] != node[node.index(flag) + 1] or flag not in head
+    ports = [int(args[args.index(flag) + 1]) for args in (head, node) for flag in lc.NODE_PORT_FLAGS]
+    assert len(set(ports)) == len(ports)  # nodes sharing a machine each get their own ports
+
+
+@contextlib.contextmanager
+def _bound(ports):
+    """Hold `ports` bound on 127.0.0.1, as a started node does (a port free but unbound may be handed out again)."""
+    with contextlib.ExitStack() as stack:
+        for port in ports:
+            sock = stack.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", port))
+        yield
 
 
 def test_a_token_file_must_be_private_and_hold_a_token(tmp_path: Path) -> None:

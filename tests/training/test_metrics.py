@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 
 import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from agentrl_core.training import metrics_log
 from agentrl_core.training.metrics_log import MetricsWriter, read_metrics
 
 
@@ -87,6 +90,39 @@ def test_resume_drops_lines_and_events_past_the_resume_step(tmp_path):
     records = read_metrics(tmp_path)
     assert [(r["step"], r["loss"]) for r in records] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0), (5, 50.0)]
     assert tb_scalars(tmp_path)["loss"] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0), (5, 50.0)]
+
+
+class _CounterFrom:
+    """TensorBoard's per-process event-file counter, starting where its text order breaks ("10" < "9")."""
+
+    def __init__(self, start: int) -> None:
+        self.value = start - 1
+
+    def get(self) -> int:
+        self.value += 1
+        return self.value
+
+
+def test_a_resumed_run_purges_even_when_its_event_file_name_sorts_first_within_a_second(tmp_path, monkeypatch):
+    from tensorboard.summary.writer import event_file_writer
+
+    monkeypatch.setattr(event_file_writer, "_global_uid", _CounterFrom(9))  # files ...9 and ...10
+    test_resume_drops_lines_and_events_past_the_resume_step(tmp_path)
+    first, resumed = sorted((tmp_path / "tensorboard").iterdir(), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+    assert first.name.split(".")[3] < resumed.name.split(".")[3]  # opened in a later second: read after
+
+
+def test_a_new_event_file_waits_for_the_next_second_and_not_for_a_clock_set_back(tmp_path, caplog):
+    now = int(time.time())
+    (tmp_path / f"events.out.tfevents.{now:010d}.host.1.1").write_bytes(b"")
+    metrics_log._after_earlier_event_files(tmp_path)
+    assert time.time() >= now + 1
+    (tmp_path / f"events.out.tfevents.{now + 100:010d}.host.1.2").write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger=metrics_log.__name__):
+        before = time.time()
+        metrics_log._after_earlier_event_files(tmp_path)
+    assert time.time() - before < metrics_log.MAX_CLOCK_WAIT_S and "clock set back" in caplog.text
+    metrics_log._after_earlier_event_files(tmp_path / "none")  # no folder yet: nothing to wait for
 
 
 def test_bad_metric_values_and_reserved_names_fail_clearly(tmp_path):
