@@ -1,15 +1,23 @@
 """Two models' played episodes on the same tasks, compared: each one's success with its 95% Wilson interval,
 and their paired difference (Newcombe's interval, McNemar's exact p) over the tasks both played.
 
-For models that two benchmark runs scored on the same test tasks (e.g. two SFT starts, with and without an
-env option), from the trajectory files the runs kept:
+A model's outcomes come from either
+- the trajectory file a benchmark run kept (`runs/.../eval/NAME/trajectories.parquet`): task id -> mean success
+  over that task's episodes; or
+- a recorded results file and one of its arms (`bench/results/RECORD.json#ARM`): the per-task success
+  (`tests/ARM/task_success`) that `bench/bench_multiturn.py` records for every model it scores, so a comparison
+  can be made again at a commit long after the run's folders are gone. A results file recorded from a modified
+  working tree (`git_dirty: true`) is refused: no commit reproduces it, so it cannot back a published figure
+  (`--allow-dirty-source` compares it anyway, saying so).
 
     .venv/bin/python bench/compare_played.py A=runs/.../eval/NAME/trajectories.parquet \\
-        B=runs/.../eval/OTHER/trajectories.parquet
+        B=bench/results/multiturn_household_sharing.json#gigpo-seed0
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -18,6 +26,10 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_core.evaluation.stats import compare, format_rate, wilson_interval  # noqa: E402
+
+
+class SourceError(ValueError):
+    """A model's outcomes cannot be read from what was named (says what is wrong and how to fix it)."""
 
 
 def successes(path: str) -> dict[int, float]:
@@ -29,15 +41,59 @@ def successes(path: str) -> dict[int, float]:
     return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 
+def recorded_successes(path: str, arm: str, allow_dirty: bool = False) -> tuple[dict[int, float], str]:
+    """(task id -> success, provenance) of arm `arm` in a recorded results file (`tests/ARM/task_success`)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SourceError(f"{path}: not a readable results file ({exc})") from exc
+    tests = doc.get("tests") if isinstance(doc, dict) else None
+    if not isinstance(tests, dict) or not tests:
+        raise SourceError(f"{path}: no scored models (`tests`): name a results file of bench/bench_multiturn.py")
+    if arm not in tests or not isinstance(tests[arm].get("task_success"), dict):
+        raise SourceError(f"{path}: no per-task success of {arm!r}; its models are {sorted(tests)}")
+    revision = str(doc.get("git_revision") or "?")[:8]
+    if doc.get("git_dirty") is not False and not allow_dirty:
+        raise SourceError(f"{path} was recorded from a modified working tree (at {revision}): no commit reproduces "
+                          "it; record its run again at a commit, or pass --allow-dirty-source to compare it anyway")
+    state = "clean" if doc.get("git_dirty") is False else "MODIFIED working tree"
+    scores = {int(task): float(value) for task, value in tests[arm]["task_success"].items()}
+    return scores, f"{path} #{arm}, recorded at {revision}, {state}"
+
+
+def outcomes(source: str, allow_dirty: bool) -> tuple[dict[int, float], str]:
+    """(task id -> success, where it came from) of one `NAME=SOURCE` source."""
+    path, sep, arm = source.partition("#")
+    if sep:
+        return recorded_successes(path, arm, allow_dirty)
+    if not Path(path).is_file():
+        raise SourceError(f"{path}: no such trajectory file (or give RECORD.json#ARM)")
+    return successes(path), path
+
+
+def named(text: str) -> tuple[str, str]:
+    name, sep, source = text.partition("=")
+    if not sep or not name or not source:
+        raise argparse.ArgumentTypeError(f"give NAME=SOURCE, got {text!r}")
+    return name, source
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or not all("=" in a for a in argv):
-        print(__doc__, file=sys.stderr)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs=2, type=named, metavar="NAME=SOURCE",
+                   help="a trajectories.parquet file, or RECORD.json#ARM")
+    p.add_argument("--allow-dirty-source", action="store_true",
+                   help="compare a results file recorded from a modified working tree (its line says so)")
+    args = p.parse_args(argv)
+    (name_a, source_a), (name_b, source_b) = args.models
+    try:
+        (a, where_a), (b, where_b) = (outcomes(s, args.allow_dirty_source) for s in (source_a, source_b))
+    except SourceError as exc:
+        print(f"compare_played: {exc}", file=sys.stderr)
         return 2
-    (name_a, _, path_a), (name_b, _, path_b) = (a.partition("=") for a in argv)
-    a, b = successes(path_a), successes(path_b)
-    for name, scores, path in ((name_a, a, path_a), (name_b, b, path_b)):
+    for name, scores, where in ((name_a, a, where_a), (name_b, b, where_b)):
         n, wins = len(scores), sum(scores.values())
-        print(f"{name}: {format_rate(wins / n, *wilson_interval(wins, n), n)} ({path})")
+        print(f"{name}: {format_rate(wins / n, *wilson_interval(wins, n), n)} ({where})")
     print(compare(a, b, (name_a, name_b)).text())
     return 0
 
