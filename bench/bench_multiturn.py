@@ -49,9 +49,9 @@ from bench._common import print_table, save_json  # noqa: E402
 from bench.recording import run_recorded  # noqa: E402
 from agentrl_core.checkpoints import export_hf  # noqa: E402
 from agentrl_core.env_service import EnvClient, launch_server  # noqa: E402
-from agentrl_core.evaluation.metrics import EvalSummary  # noqa: E402
+from agentrl_core.evaluation.metrics import EvalSummary, metric_text  # noqa: E402
 from agentrl_core.evaluation.report import quarter_means  # noqa: E402
-from agentrl_core.evaluation.runner import evaluate_model  # noqa: E402
+from agentrl_core.evaluation.runner import INVALID_ACTION_RATE, evaluate_model  # noqa: E402
 from agentrl_core.evaluation.stats import Comparison, compare  # noqa: E402
 from agentrl_core.system.machine_info import describe_cpu  # noqa: E402
 from agentrl_core.models import resolve_model  # noqa: E402
@@ -403,6 +403,8 @@ def by_type(bench: Bench, types: dict[int, str] | None) -> dict[str, dict[str, f
 def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
     args, cfg = bench.args, bench.cfg("probe", 0)
     figures = {f"{label}_success": s.success_rate for label, s in bench.tests.items()}
+    figures.update({f"{label}_invalid_action_rate": s.metrics[INVALID_ACTION_RATE]["mean"]
+                    for label, s in bench.tests.items() if INVALID_ACTION_RATE in s.metrics})
     comps = comparisons(bench)
     figures.update({f"{c.a}_minus_{c.b}": c.diff for c in comps})
     runs = curves(bench)
@@ -426,7 +428,9 @@ def report(bench: Bench, chosen: SftSetting, wall_s: float) -> None:
              else f"SFT start {chosen} chosen on {len(bench.val_ids)} validation tasks")
     print_table(f"{cfg.env.name}: {len(bench.test_ids)} test tasks, greedy, {bench.dtype}; {start}", figures)
     for label, s in bench.tests.items():
-        print(f"  {label:>22}: {s.success_text()}")
+        invalid = (f"; invalid commands per episode {metric_text(s, INVALID_ACTION_RATE)}"
+                   if INVALID_ACTION_RATE in s.metrics else "")
+        print(f"  {label:>22}: {s.success_text()}{invalid}")
     for c in comps:
         print(f"  {c.text()}")
     types = by_type(bench, task_types(cfg.env.name, cfg.env.kwargs, bench.test_ids))

@@ -208,3 +208,23 @@ def test_a_control_computes_in_the_dtype_of_the_run_it_controls(tmp_path: Path) 
     with pytest.raises(SystemExit, match=r"does not record its compute dtype.*--compute-dtype float32 or bfloat16.*avx2"):
         earlier_dtype(source, old, None)
     assert earlier_dtype(source, old, "float32") == "float32"
+
+
+def test_the_report_records_each_model_and_its_invalid_commands(tmp_path: Path, capsys) -> None:
+    from bench.bench_multiturn import report
+    from agentrl_core.recipes import load_recipe
+
+    ids = range(20)
+    played = {label: summarize([EpisodeResult(task_id=t, sample=0, reward=float(t < cut), success=t < cut, steps=4,
+                                              metrics={"invalid_action_rate": 0.25 if t % 2 else 0.0}) for t in ids])
+              for label, cut in (("sft-seed0", 5), ("gigpo-seed0", 10))}
+    bench = _bench(played, [0], ["gigpo"], tmp_path)
+    bench.args = argparse.Namespace(seeds=[0], algorithms=["gigpo"], root=str(tmp_path), recipe="household_learn",
+                                    sft_start=None, json=str(tmp_path / "out.json"), sft_grid=[SftSetting(8, 1)])
+    bench.cfg = lambda name, seed, *extra: load_recipe("household_learn", [f"run.root={tmp_path}"])
+    bench.val_ids, bench.test_ids, bench.dtype = [], list(ids), "float32"
+    report(bench, SftSetting(8, 1), 60.0)
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["figures"]["gigpo-seed0_success"] == 0.5 and out["figures"]["gigpo-seed0_invalid_action_rate"] == 0.125
+    assert out["tests"]["sft-seed0"]["task_metrics"]["invalid_action_rate"]["1"] == 0.25
+    assert "gigpo-seed0: 50.0% [29.9, 70.1] n=20; invalid commands per episode 12.5%" in capsys.readouterr().out

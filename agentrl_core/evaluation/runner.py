@@ -16,14 +16,30 @@ from agentrl_core.models import load_model, load_tokenizer, resolve_model
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import Engine, EpisodeSpec, LoopLimits, Trajectory, run_episodes, write_trajectories
 from agentrl_core.rollout.engine_factory import make_engine
+from agentrl_core.rollout.episode import INVALID_ACTIONS
 
 ProgressCallback = Callable[[int, int], None]
+
+
+INVALID_ACTION_RATE = "invalid_action_rate"
+"""Episode metric the evaluation adds where the environment counts the commands it did not accept: the
+episode's invalid commands / its turns (its mean over episodes weighs every episode alike, where training's
+`invalid_action_rate` pools the turns of a step)."""
+
+
+def episode_metrics(t: Trajectory) -> dict[str, float]:
+    """The environment's episode metrics of `t`, plus its INVALID_ACTION_RATE where the environment counts
+    invalid commands (Trajectory.extra["invalid_actions"]) and the episode took a turn."""
+    metrics = dict(t.extra.get(EPISODE_METRICS, {}))
+    if INVALID_ACTIONS in t.extra and t.num_turns and INVALID_ACTION_RATE not in metrics:
+        metrics[INVALID_ACTION_RATE] = min(1.0, t.extra[INVALID_ACTIONS] / t.num_turns)
+    return metrics
 
 
 def episode_results(trajs: Sequence[Trajectory]) -> list[EpisodeResult]:
     """The evaluation view of trajectories."""
     return [EpisodeResult(task_id=t.task_id, sample=t.sample, reward=t.reward, success=t.success,
-                          steps=t.num_turns, error=t.error, metrics=t.extra.get(EPISODE_METRICS, {})) for t in trajs]
+                          steps=t.num_turns, error=t.error, metrics=episode_metrics(t)) for t in trajs]
 
 
 def _turn_progress(on_progress: ProgressCallback | None, sample: int, k: int, max_turns: int):

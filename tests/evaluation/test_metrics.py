@@ -146,3 +146,18 @@ def test_tables_mark_mixed_k_and_missing_values():
     assert "| model | success [95% CI] n | pass@1 | pass@k |" in md
     assert "50.0% (k=4)" in md
     assert "| broken | n/a | n/a | n/a (k=1) | n/a | n/a | 1 |" in md
+
+
+def test_an_environment_that_counts_invalid_commands_gets_their_share_per_episode():
+    from agentrl_core.evaluation.runner import episode_results
+    from agentrl_core.rollout import Trajectory
+
+    counted = Trajectory(task_id=1, env="household", group=0, sample=0, num_turns=4, success=True,
+                         extra={"invalid_actions": 1, "episode_metrics": {"well_formed": 1.0}})
+    silent = Trajectory(task_id=2, env="other", group=1, sample=0, num_turns=3)
+    no_turn = Trajectory(task_id=3, env="household", group=2, sample=0, num_turns=0, extra={"invalid_actions": 0})
+    results = episode_results([counted, silent, no_turn])
+    assert [r.metrics for r in results] == [{"well_formed": 1.0, "invalid_action_rate": 0.25}, {}, {}]
+    s = summarize(results)
+    assert s.metrics["invalid_action_rate"]["mean"] == 0.25 and s.metrics["invalid_action_rate"]["n"] == 1
+    assert s.task_metrics["invalid_action_rate"] == {1: 0.25}

@@ -85,5 +85,10 @@ def test_the_pipelines_evaluation_reuses_a_real_one(tiny_model_path: Path, env_s
     again = training_stages._evaluate(load_recipe("household_grpo", [*overrides, "run.name=two"]), "base",
                                       str(tiny_model_path), env_server_url)
     assert again == first and first.n_episodes == 3
+    # household counts the commands it does not accept: every evaluation reports their share per episode
+    rates = [json.loads(e)["invalid_actions"] / n for e, n in zip(*pq.read_table(
+        tmp_path / "one" / "eval" / "base" / reuse.TRAJECTORIES, columns=["extra", "num_turns"]).to_pydict().values())]
+    assert first.metrics["invalid_action_rate"]["n"] == 3
+    assert first.metrics["invalid_action_rate"]["mean"] == pytest.approx(sum(rates) / 3)
     played, read = (pq.read_table(tmp_path / name / "eval" / "base" / reuse.TRAJECTORIES) for name in ("one", "two"))
     assert played.equals(read)
