@@ -17,7 +17,6 @@ A model's outcomes come from either
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -26,10 +25,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_core.evaluation.stats import compare, format_rate, wilson_interval  # noqa: E402
-
-
-class SourceError(ValueError):
-    """A model's outcomes cannot be read from what was named (says what is wrong and how to fix it)."""
+from bench.recorded_tests import SourceError, recorded_test  # noqa: E402
 
 
 def successes(path: str) -> dict[int, float]:
@@ -43,22 +39,10 @@ def successes(path: str) -> dict[int, float]:
 
 def recorded_successes(path: str, arm: str, allow_dirty: bool = False) -> tuple[dict[int, float], str]:
     """(task id -> success, provenance) of arm `arm` in a recorded results file (`tests/ARM/task_success`)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SourceError(f"{path}: not a readable results file ({exc})") from exc
-    tests = doc.get("tests") if isinstance(doc, dict) else None
-    if not isinstance(tests, dict) or not tests:
-        raise SourceError(f"{path}: no scored models (`tests`): name a results file of bench/bench_multiturn.py")
-    if arm not in tests or not isinstance(tests[arm].get("task_success"), dict):
-        raise SourceError(f"{path}: no per-task success of {arm!r}; its models are {sorted(tests)}")
-    revision = str(doc.get("git_revision") or "?")[:8]
-    if doc.get("git_dirty") is not False and not allow_dirty:
-        raise SourceError(f"{path} was recorded from a modified working tree (at {revision}): no commit reproduces "
-                          "it; record its run again at a commit, or pass --allow-dirty-source to compare it anyway")
-    state = "clean" if doc.get("git_dirty") is False else "MODIFIED working tree"
-    scores = {int(task): float(value) for task, value in tests[arm]["task_success"].items()}
-    return scores, f"{path} #{arm}, recorded at {revision}, {state}"
+    test, _, provenance = recorded_test(path, arm, allow_dirty)
+    if not isinstance(test.get("task_success"), dict):
+        raise SourceError(f"{path}: no per-task success of {arm!r} (`tests/{arm}/task_success`)")
+    return {int(task): float(value) for task, value in test["task_success"].items()}, provenance
 
 
 def outcomes(source: str, allow_dirty: bool) -> tuple[dict[int, float], str]:

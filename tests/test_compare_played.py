@@ -53,7 +53,7 @@ def test_a_record_from_a_modified_tree_is_refused_unless_allowed(tmp_path, capsy
 def test_an_unknown_arm_or_missing_file_says_what_there_is(tmp_path, capsys):
     rec = record(tmp_path / "r.json", {"x": A, "y": B})
     assert main([f"a={rec}#z", f"b={rec}#y"]) == 2
-    assert "no per-task success of 'z'; its models are ['x', 'y']" in capsys.readouterr().err
+    assert "no scored model 'z'; its models are ['x', 'y']" in capsys.readouterr().err
     assert main([f"a={tmp_path / 'none.parquet'}", f"b={rec}#y"]) == 2
     assert "no such trajectory file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
