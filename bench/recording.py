@@ -221,6 +221,8 @@ def run_recorded(bench: str, main: Callable[[], Any], results_dir: Path | None =
     if (status := exit_status(result)) != 0:
         print(f"[bench] {bench} ended with exit status {status}: nothing recorded (a failed run records nothing"
               f"{', though it reported figures' if recording.figures else ''})", file=sys.stderr)
+    elif exiting is not None and not recording.figures:
+        pass  # exited 0 before measuring anything (--help): nothing ran, so nothing to record and no error
     else:
         _record(bench, record_name, command, rest, time.perf_counter() - start, allocator, recording, console,
                 results_dir)

@@ -134,6 +134,8 @@ def main():
     os.system("echo from a child process")
     if "--fail" in sys.argv:
         raise SystemExit(3)
+    if "--help" in sys.argv:
+        raise SystemExit(0)  # as argparse's --help: before any figure
     current().report({{"x": 1.5}}, texts={{"mode": "m"}})
     if "--report-then-exit" in sys.argv:
         code = sys.argv[-1]
@@ -175,6 +177,12 @@ def test_a_run_that_reports_figures_then_fails_records_nothing(tmp_path: Path, a
     proc = _run_script(tmp_path, *args)
     assert proc.returncode == status, proc.stderr
     assert "nothing recorded" in proc.stderr and "though it reported figures" in proc.stderr
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
+
+
+def test_help_exits_zero_and_records_nothing(tmp_path: Path) -> None:
+    proc = _run_script(tmp_path, "--help")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
 
 
