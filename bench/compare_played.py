@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_core.evaluation.stats import compare, format_rate, wilson_interval  # noqa: E402
-from bench.recorded_tests import SourceError, recorded_test  # noqa: E402
+from bench.recorded_tests import SourceError, named_source, recorded_test  # noqa: E402
 
 
 def successes(path: str) -> dict[int, float]:
@@ -55,16 +55,9 @@ def outcomes(source: str, allow_dirty: bool) -> tuple[dict[int, float], str]:
     return successes(path), path
 
 
-def named(text: str) -> tuple[str, str]:
-    name, sep, source = text.partition("=")
-    if not sep or not name or not source:
-        raise argparse.ArgumentTypeError(f"give NAME=SOURCE, got {text!r}")
-    return name, source
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("models", nargs=2, type=named, metavar="NAME=SOURCE",
+    p.add_argument("models", nargs=2, type=named_source, metavar="NAME=SOURCE",
                    help="a trajectories.parquet file, or RECORD.json#ARM")
     p.add_argument("--allow-dirty-source", action="store_true",
                    help="compare a results file recorded from a modified working tree (its line says so)")

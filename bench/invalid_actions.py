@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_core.evaluation.stats import format_rate  # noqa: E402
-from bench.recorded_tests import SourceError, recorded_test  # noqa: E402
+from bench.recorded_tests import SourceError, named_source, recorded_test  # noqa: E402
 
 PENALTY_KEY = "env.kwargs.invalid_action_penalty="
 
@@ -108,16 +108,9 @@ def record_line(label: str, source: str, allow_dirty: bool) -> str:
             f"({refused / max(1, commands):.1%}), from its rewards at p = {p:g} ({where})")
 
 
-def labelled(text: str) -> tuple[str, str]:
-    label, sep, source = text.partition("=")
-    if not sep or not label or not source:
-        raise argparse.ArgumentTypeError(f"give LABEL=SOURCE, got {text!r}")
-    return label, source
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("sources", nargs="+", type=labelled, metavar="LABEL=SOURCE",
+    p.add_argument("sources", nargs="+", type=named_source, metavar="LABEL=SOURCE",
                    help="a trajectories.parquet file, or RECORD.json#ARM")
     p.add_argument("--allow-dirty-source", action="store_true",
                    help="read a results file recorded from a modified working tree (its line says so)")

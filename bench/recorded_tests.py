@@ -5,6 +5,7 @@ working tree (`git_dirty` not false) has no commit that reproduces it, so it can
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -31,3 +32,11 @@ def recorded_test(path: str, arm: str, allow_dirty: bool = False) -> tuple[dict[
                           "it; record its run again at a commit, or pass --allow-dirty-source to read it anyway")
     state = "clean" if doc.get("git_dirty") is False else "MODIFIED working tree"
     return tests[arm], doc, f"{path} #{arm}, recorded at {revision}, {state}"
+
+
+def named_source(text: str) -> tuple[str, str]:
+    """argparse type of a `NAME=SOURCE` argument (SOURCE: a trajectory file or RECORD.json#ARM)."""
+    name, sep, source = text.partition("=")
+    if not sep or not name or not source:
+        raise argparse.ArgumentTypeError(f"give NAME=SOURCE, got {text!r}")
+    return name, source
