@@ -2,8 +2,8 @@
 
 A source is either
 - a trajectory file a run kept (`runs/.../eval/NAME/trajectories.parquet`): the commands that were not on the
-  observation's "Actions:" line (household, ALFWorld with every command listed) and the immediate repeats of a
-  command, read from the messages; or
+  observation's "Actions:" line (household, ALFWorld with every command listed), the one given most often, and the
+  immediate repeats of a command, read from the messages; or
 - a recorded results file and one of its models (`bench/results/RECORD.json#ARM`, `tests/ARM` of
   `bench/bench_multiturn.py`), for when the run's folders are gone. The environment's own count: the share of
   refused commands per episode (`invalid_action_rate`, which every evaluation records), or, in a record older than
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,12 @@ def listed(observation: str) -> list[str] | None:
     return [a.strip() for a in lines[-1].removeprefix("Actions:").split("|")] if lines else None
 
 
-def count(path: str) -> tuple[int, int, int, int]:
-    """(episodes, commands, commands not listed, immediate repeats) of one trajectory file."""
+def count(path: str) -> tuple[int, int, Counter[str], int]:
+    """(episodes, commands, how often each command not listed was given, immediate repeats) of one trajectory
+    file."""
     rows = pq.read_table(path, columns=["messages"]).to_pylist()
-    commands = invalid = repeats = 0
+    commands = repeats = 0
+    invalid: Counter[str] = Counter()
     for row in rows:
         messages, previous = row["messages"], None
         for i, message in enumerate(messages):
@@ -52,7 +55,8 @@ def count(path: str) -> tuple[int, int, int, int]:
                 continue
             action, options = message["content"].strip(), listed(messages[i - 1]["content"])
             commands += 1
-            invalid += options is not None and action not in options
+            if options is not None and action not in options:
+                invalid[action] += 1
             repeats += action == previous
             previous = action
     return len(rows), commands, invalid, repeats
@@ -62,8 +66,10 @@ def trajectory_line(label: str, path: str) -> str:
     if not Path(path).is_file():
         raise SourceError(f"{path}: no such trajectory file (or give RECORD.json#ARM)")
     episodes, commands, invalid, repeats = count(path)
-    return (f"{label}: {episodes} episodes, {commands} commands, not listed {invalid} "
-            f"({invalid / max(1, commands):.1%}), immediate repeats {repeats}")
+    total = sum(invalid.values())
+    most = "".join(f", most often {command!r} ({n})" for command, n in invalid.most_common(1))
+    return (f"{label}: {episodes} episodes, {commands} commands, not listed {total} "
+            f"({total / max(1, commands):.1%}){most}, immediate repeats {repeats}")
 
 
 def penalty(doc: dict[str, Any]) -> float:

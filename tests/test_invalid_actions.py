@@ -34,7 +34,7 @@ def test_commands_not_listed_and_repeats_are_counted_from_the_messages(tmp_path,
     pq.write_table(pa.table({"messages": rows}), path)
     assert main([f"a={path}"]) == 0
     assert capsys.readouterr().out.strip() == (
-        "a: 2 episodes, 4 commands, not listed 2 (50.0%), immediate repeats 1")
+        "a: 2 episodes, 4 commands, not listed 2 (50.0%), most often 'go to sofa 1' (2), immediate repeats 1")
 
 
 def test_a_penalised_record_gives_the_count_its_rewards_imply(tmp_path, capsys):
