@@ -31,9 +31,10 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_core.evaluation.stats import format_rate  # noqa: E402
+from agentrl_core.recipes import parse_override  # noqa: E402
 from bench.recorded_tests import SourceError, named_source, recorded_test  # noqa: E402
 
-PENALTY_KEY = "env.kwargs.invalid_action_penalty="
+PENALTY_PATH = ["env", "kwargs", "invalid_action_penalty"]
 
 
 def listed(observation: str) -> list[str] | None:
@@ -73,9 +74,9 @@ def trajectory_line(label: str, path: str) -> str:
 
 
 def penalty(doc: dict[str, Any]) -> float:
-    """p of the record's `env.kwargs.invalid_action_penalty=p` override (0 when it has none)."""
-    values = [o.removeprefix(PENALTY_KEY) for o in (doc.get("args") or {}).get("overrides") or []
-              if isinstance(o, str) and o.startswith(PENALTY_KEY)]
+    """p of the record's `env.kwargs.invalid_action_penalty=p` override, the last one winning (0 when none)."""
+    parsed = [parse_override(o) for o in (doc.get("args") or {}).get("overrides") or [] if isinstance(o, str)]
+    values = [value for path, value in parsed if path == PENALTY_PATH]
     return float(values[-1]) if values else 0.0
 
 
@@ -106,7 +107,7 @@ def record_line(label: str, source: str, allow_dirty: bool) -> str:
                 f"{format_rate(rate['mean'], rate['low'], rate['high'], int(rate['n']))} ({where})")
     p = penalty(doc)
     if p <= 0:
-        raise SourceError(f"{where}: no invalid_action_rate and no {PENALTY_KEY}p override, so neither the record "
+        raise SourceError(f"{where}: no invalid_action_rate and no env.kwargs.invalid_action_penalty=p override, so neither the record "
                           "nor its rewards count refused commands: count them from the run's trajectory file, or "
                           "play the run again (every evaluation now records invalid_action_rate)")
     commands, refused = derived_counts(test, p, where)
