@@ -142,16 +142,20 @@ class StageOutcome:
     steps: int
     resumed_from: int
     metrics: dict[str, float]
+    warm_start: str | None = None
+    """The stage's SFT warm start export when it had one (`sft.enabled`): GRPO started from it."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def run_stage(recipe: RecipeConfig, name: str, init_model: str | Path, *, on_step: StepCallback | None = None,
-              env_url: str | None = None) -> StageOutcome:
-    """Train one stage with GRPO from `init_model` (resuming its own last checkpoint) and export it.
+              on_sft_step: StepCallback | None = None, env_url: str | None = None) -> StageOutcome:
+    """Train one stage from `init_model` (each part resuming its own last checkpoint) and export it.
 
-    The stage's environment server (its own kwargs, e.g. the BFCL stage) is started here on
+    With `sft.enabled` the stage warm-starts: SFT on the stage's expert demonstrations (or `sft.dataset`) in
+    <run>/<stage>/sft, exported to <run>/<stage>/sft/export, then GRPO from that export; otherwise GRPO from
+    `init_model`. The stage's environment server (its own kwargs, e.g. the BFCL stage) is started here on
     127.0.0.1 unless `env_url` (or recipe.env.url) points at a running one, and stopped after.
     """
     from contextlib import nullcontext
@@ -163,7 +167,21 @@ def run_stage(recipe: RecipeConfig, name: str, init_model: str | Path, *, on_ste
     server_cm = nullcontext(None) if url else launch_server(
         [recipe.env.name], host=recipe.env.host, env_kwargs={recipe.env.name: recipe.env.kwargs})
     with server_cm as server:
-        result = train_grpo(recipe, init_model=Path(init_model), env_url=url or server.url,
+        url = url or server.url
+        warm = warm_start(recipe, name, Path(init_model), url, on_sft_step) if recipe.sft.enabled else None
+        result = train_grpo(recipe, init_model=warm or Path(init_model), env_url=url,
                             stage_dir=stage_dir(recipe, name), on_step=on_step)
     out = export_hf(Path(result.checkpoint), export_dir(recipe, name))
-    return StageOutcome(name, result.checkpoint, str(out), result.steps, result.resumed_from, dict(result.metrics))
+    return StageOutcome(name, result.checkpoint, str(out), result.steps, result.resumed_from, dict(result.metrics),
+                        str(warm) if warm else None)
+
+
+def warm_start(recipe: RecipeConfig, name: str, init_model: Path, env_url: str,
+               on_step: StepCallback | None = None) -> Path:
+    """Stage `name`'s SFT warm start from `init_model` (resumed from its last checkpoint, a finished one
+    returned as it is), exported to <run>/<stage>/sft/export; returns the export."""
+    from agentrl_core.training.sft import train_sft
+
+    folder = stage_dir(recipe, name) / "sft"
+    result = train_sft(recipe, init_model=init_model, env_url=env_url, stage_dir=folder, on_step=on_step)
+    return export_hf(Path(result.checkpoint), folder / "export")

@@ -55,9 +55,12 @@ def _stages(cur: CurriculumConfig, recipes: list, run_id: int) -> dict:
         record_stage(recipe, run_id, spec.name, index, outcome, recipe.run_dir / spec.name)
         exports[spec.name] = record_export(recipe, run_id, spec.name, outcome["export"])
         stages.append({**outcome, "cached": cached})
+        warm = outcome.get("warm_start")
+        if warm:
+            exports[f"{spec.name}-sft"] = record_export(recipe, run_id, f"{spec.name}-sft", warm)
         if cur.evaluate_each_stage and recipe.eval.enabled:
-            stage_reports[spec.name] = _evaluate_stage(recipe, spec.name, init, outcome["export"], run_id,
-                                                       exports[spec.name])
+            stage_reports[spec.name] = _evaluate_stage(recipe, spec.name, init, warm, outcome["export"], run_id,
+                                                       exports)
         init = outcome["export"]
     last = recipes[-1]
     evals: dict[str, dict] = {}
@@ -72,12 +75,18 @@ def _stages(cur: CurriculumConfig, recipes: list, run_id: int) -> dict:
             "stage_reports": stage_reports}
 
 
-def _evaluate_stage(recipe, name: str, start: str, export: str, run_id: int, uri: str) -> dict:
-    """The model a stage started from ("<stage>-start") and its export ("<stage>-trained") on the stage's own
-    held-out tasks, paired in <run>/<stage>/report/."""
+def _evaluate_stage(recipe, name: str, start: str, warm: str | None, export: str, run_id: int,
+                    uris: dict[str, str]) -> dict:
+    """The model a stage started from ("<stage>-start"), its SFT warm start when it had one ("<stage>-sft") and
+    its export ("<stage>-trained") on the stage's own held-out tasks, paired in <run>/<stage>/report/: each
+    against the one before (what the warm start added, then what GRPO added) and the export against the start."""
+    models = {f"{name}-start": (start, start), f"{name}-sft": (warm, uris.get(f"{name}-sft")),
+              f"{name}-trained": (export, uris[name])}
     evals = {}
     with env_server(recipe.env) as url:
-        for label, model in ((f"{name}-start", start), (f"{name}-trained", export)):
-            evals[label] = evaluate(recipe, label, model, url)
-            record_eval(recipe, run_id, label, uri if model == export else model, evals[label], stage_split(name))
-    return report(str(recipe.run_dir / name), evals, {name: str(recipe.run_dir / name)}, {name: export})
+        for label, (model, uri) in models.items():
+            if model:
+                evals[label] = evaluate(recipe, label, model, url)
+                record_eval(recipe, run_id, label, uri, evals[label], stage_split(name))
+    return report(str(recipe.run_dir / name), evals, {name: str(recipe.run_dir / name)},
+                  {name: export, **({f"{name}-sft": warm} if warm else {})})

@@ -19,9 +19,13 @@ STAGE_CACHE = INPUTS + TASK_SOURCE
 
 @task(name="curriculum-stage", cache_policy=STAGE_CACHE, persist_result=True, **TRANSIENT)
 def curriculum_stage(recipe: RecipeConfig, name: str, init_model: str, init_fingerprint: str) -> dict:
-    """Train stage `name` with GRPO from `init_model` and export it; returns the StageOutcome as a dict."""
+    """Train stage `name` from `init_model` (its SFT warm start first when `sft.enabled`, then GRPO) and export
+    it; returns the StageOutcome as a dict."""
     del init_fingerprint  # part of the cache key only
+    on_sft_step = (_progress_callback(f"{name}-sft-progress", f"{name} SFT optimizer steps")
+                   if recipe.sft.enabled else None)
     with stage_gpus(recipe):
         outcome = run_interruptible(run_stage, recipe, name, init_model,  # Ctrl-C stops it within seconds
-                                    on_step=_progress_callback(f"{name}-progress", f"{name} GRPO steps"))
+                                    on_step=_progress_callback(f"{name}-progress", f"{name} GRPO steps"),
+                                    on_sft_step=on_sft_step)
     return outcome.to_dict()

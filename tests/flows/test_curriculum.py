@@ -70,7 +70,7 @@ def _curriculum_file(tmp: Path) -> Path:
 def _command(cur: Path, model: Path, root: Path) -> list[str]:
     overrides = [f"model.name={model}", f"run.root={root}", "run.name=cur", "env.max_turns=2",
                  "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.sampling.max_new_tokens=4",
-                 "model.compute_dtype=float32", "eval.enabled=false"]
+                 "model.compute_dtype=float32", "eval.enabled=false", "sft.enabled=false"]
     code = ("import json, sys; from flows.curriculum import curriculum; "
             f"r = curriculum(curriculum_file={str(cur)!r}, overrides={overrides!r}); "
             "print('RESULT ' + json.dumps([{k: s[k] for k in ('name', 'cached', 'resumed_from', 'steps')} "

@@ -58,28 +58,40 @@ def test_a_curriculum_from_the_command_line_scores_each_stage_on_its_own_tasks(p
                                                                               tmp_path):
     import pyarrow.parquet as pq
 
-    cur = tmp_path / "two.yaml"
+    cur = tmp_path / "two.yaml"  # stage a warm-starts with SFT on 2 expert demos, then GRPO from that SFT
     cur.write_text(yaml.safe_dump({"base_recipe": "household_grpo", "evaluate": False, "evaluate_each_stage": True,
-                                   "stages": [{"name": "a", "overrides": ["trainer.steps=1"]},
-                                              {"name": "b", "overrides": ["trainer.steps=1",
+                                   "stages": [{"name": "a", "overrides": ["trainer.steps=1", "sft.enabled=true",
+                                                                          "sft.demos=2", "sft.epochs=1"]},
+                                              {"name": "b", "overrides": ["trainer.steps=1", "sft.enabled=false",
                                                                           "env.kwargs.max_steps=5"]}]}))
     root = tmp_path / "runs"
-    overrides = [f"model.name={tiny_model_path}", f"run.root={root}", "run.name=cur", "env.max_turns=2",
+    overrides = [f"model.name={tiny_model_path}", f"run.root={root}", "run.name=cur", "env.max_turns=8",
                  "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.sampling.max_new_tokens=4",
                  "model.compute_dtype=float32", "env.test_tasks=2", "eval.sampling.max_new_tokens=4"]
     assert main(["curriculum", str(cur), *overrides]) == 0
     assert (root / "cur" / "export" / "b" / "COMPLETE").exists()
     assert kinds(root) == {"curriculum": "completed"}
+    warm = root / "cur" / "a" / "sft" / "export"
+    assert (warm / "COMPLETE").exists() and not (root / "cur" / "b" / "sft").exists()
+    grpo_a = json.loads(next((root / "cur" / "a" / "checkpoints").glob("step_*/trainer_state.json")).read_text())
+    assert Path(grpo_a["init_model"]).resolve() == warm.resolve()  # stage a's GRPO started from its warm start
+    pairs = {"a": [("a-sft", "a-start"), ("a-trained", "a-sft"), ("a-trained", "a-start")],
+             "b": [("b-trained", "b-start")]}
     for stage, start in (("a", str(tiny_model_path)), ("b", str(root / "cur" / "export" / "a"))):
         report = json.loads((root / "cur" / stage / "report" / "eval.json").read_text())
-        assert [row["model"] for row in report["rows"]] == [f"{stage}-start", f"{stage}-trained"]
-        assert (report["comparisons"][0]["a"], report["comparisons"][0]["b"]) == (f"{stage}-trained", f"{stage}-start")
+        models = [f"{stage}-start", *(["a-sft"] if stage == "a" else []), f"{stage}-trained"]
+        assert [row["model"] for row in report["rows"]] == models
+        assert [(c["a"], c["b"]) for c in report["comparisons"] if c["metric"] == "success"] == \
+            pairs[stage]
         played = pq.read_table(root / "cur" / "eval" / f"{stage}-start" / "trajectories.parquet")
         assert set(played.column("model").to_pylist()) == {start}  # stage b starts from stage a's export
+    played = pq.read_table(root / "cur" / "eval" / "a-sft" / "trajectories.parquet")
+    assert set(played.column("model").to_pylist()) == {str(warm)}
     assert json.loads((root / "cur" / "report" / "eval.json").read_text())["rows"] == []  # `evaluate: false`
     with open_registry(None, root) as reg:  # stage a's export keeps its score on a's tasks and on b's
         assert sorted((e.split, e.metrics["label"]) for e in reg.evals()) == [
-            ("test.a", "a-start"), ("test.a", "a-trained"), ("test.b", "b-start"), ("test.b", "b-trained")]
+            ("test.a", "a-sft"), ("test.a", "a-start"), ("test.a", "a-trained"), ("test.b", "b-start"),
+            ("test.b", "b-trained")]
 
 
 def test_a_stage_split_names_the_stage_within_the_registry_column():
