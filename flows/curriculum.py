@@ -25,8 +25,9 @@ def _resolve(curriculum: CurriculumConfig | None, curriculum_file: str | None) -
 @flow(name="curriculum", log_prints=True, validate_parameters=True)
 def curriculum(curriculum: CurriculumConfig | None = None, curriculum_file: str | None = None,
                overrides: list[str] | None = None) -> dict:
-    """Train the stages in order, each from the previous stage's export; evaluate base and every stage (and,
-    with `evaluate_each_stage`, each stage against its start on its own held-out tasks as it ends).
+    """Train the stages in order, each from the previous stage's export (a stage with `sft.enabled` warm-starts
+    with SFT, then GRPO from it); evaluate base and every stage (and, with `evaluate_each_stage`, each stage's
+    start, warm start and export on its own held-out tasks as it ends).
 
     `curriculum_file` is a name in recipes/curricula/ (default `bfcl`) or a YAML path; `overrides`
     (dotted KEY=VALUE) apply to every stage, after the stage's own. Re-running after a failure
