@@ -1,8 +1,10 @@
 """The environment client: ONE httpx client for the env server, and RemoteEnv (the Env contract over HTTP).
 
 Transient failures (connection errors, timeouts, 429, 502/503/504) are retried a bounded number
-of times with exponential backoff; a step is retried only when the connection was never made
-(it may otherwise have been applied), and a session's creation also when the server refused it
+of times with exponential backoff; a step that names its number (RemoteEnv's do) is retried like any
+request, the server answering a resend of the step it took last with that step's result instead of
+applying it twice; a step without one only when the connection was never made (it may otherwise
+have been applied); a session's creation also when the server refused it
 (429/503: nothing was created) but never after a sent request went unanswered: resending it would
 start a second session, and a worker process with it, beside the one the server may still be starting.
 Every other failure becomes a typed exception named for the boundary (see `agentrl_core.envs.errors`).
@@ -36,6 +38,7 @@ from agentrl_core.envs.errors import (
     ResetNeededError,
     SessionLostError,
     SessionNotFoundError,
+    StepOutOfOrderError,
     TaskNotFoundError,
     TooManySessionsError,
     UnknownEnvError,
@@ -57,7 +60,7 @@ _BY_NAME: dict[str, type[EnvError]] = {
     for cls in (
         UnknownEnvError, SessionNotFoundError, TaskNotFoundError, ResetNeededError,
         InvalidRequestError, TooManySessionsError, EnvServerError, SessionLostError, EnvTimeoutError,
-        MissingExtraError,
+        MissingExtraError, StepOutOfOrderError,
     )
 }
 _BY_STATUS: dict[int, type[EnvError]] = {
@@ -201,10 +204,12 @@ class EnvClient:
         out = SessionResponse.model_validate(self._request("POST", f"/sessions/{sid}/reset", json=body).json())
         return out.observation, out.info
 
-    def step(self, sid: int, action: str) -> StepResult:
-        """One step; never resent unless the connection was never made (see the module docstring)."""
-        body = StepRequest(action=action).model_dump()
-        resp = self._request("POST", f"/sessions/{sid}/step", json=body, repeatable=False)
+    def step(self, sid: int, action: str, number: int | None = None) -> StepResult:
+        """One step. With `number` (the steps the session has taken since its reset) it is sent again after a
+        lost answer, the server returning the step's result rather than applying it twice; without it, it is
+        never resent unless the connection was never made (see the module docstring)."""
+        body = StepRequest(action=action, step=number).model_dump(exclude_none=True)
+        resp = self._request("POST", f"/sessions/{sid}/step", json=body, repeatable=number is not None)
         out = StepResponse.model_validate(resp.json())
         return StepResult(out.observation, out.reward, out.terminated, out.truncated, out.info)
 
@@ -243,6 +248,7 @@ class RemoteEnv(Env):
         self.reward_range = tuple(info.reward_range)  # type: ignore[misc]
         self.max_steps = info.max_steps
         self.session_id: int | None = None
+        self.steps = 0  # since the last reset: each step names its number, so a lost answer is resent safely
         self._task_ids: dict[str, list[int]] = {}
 
     def task_ids(self, split: str) -> Sequence[int]:
@@ -258,14 +264,15 @@ class RemoteEnv(Env):
             self.session_id, obs, info = self.client.create(self.name, task_id, seed, options)
         else:
             obs, info = self.client.reset(self.session_id, task_id, seed, options)
-        self._active = True
+        self._active, self.steps = True, 0
         return obs, info
 
     def step(self, action: str) -> StepResult:
         """The server decides (409 -> ResetNeededError), so the contract is checked over the wire."""
         if self.session_id is None:
             raise ResetNeededError(f"{self.name}: call reset() before step()")
-        result = self.client.step(self.session_id, action)
+        result = self.client.step(self.session_id, action, self.steps)
+        self.steps += 1
         self._active = not (result.terminated or result.truncated)
         return result
 

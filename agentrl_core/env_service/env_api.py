@@ -59,6 +59,8 @@ class MetricsResponse(BaseModel):
     sessions_lost: int
     steps_total: int
     steps_by_env: dict[str, int]
+    steps_repeated: int = 0
+    """Steps sent again (their answer lost on the way) that got their result again instead of being applied twice."""
     steps_per_s: float
     step_latency_ms: dict[str, float]
     workers_shared: int
@@ -100,6 +102,11 @@ class SessionResponse(BaseModel):
 
 class StepRequest(_Request):
     action: str
+    step: int | None = Field(default=None, ge=0)
+    """The steps the session has taken since its last reset before this one (0 for the first), when given: an
+    idempotency key. A step sent again with the number of the step the session took last, and the same action,
+    gets that step's result again instead of being applied twice, so a client may resend a step whose answer
+    was lost; any other number is refused (409, StepOutOfOrderError). Without it, a step is applied as sent."""
 
 
 class StepResponse(BaseModel):
@@ -127,6 +134,7 @@ ERROR_STATUS: dict[str, int] = {
     "TaskNotFoundError": 404,
     "NotFound": 404,
     "ResetNeededError": 409,
+    "StepOutOfOrderError": 409,
     "SessionLostError": 410,
     "RequestTooLargeError": 413,
     "InvalidRequestError": 422,

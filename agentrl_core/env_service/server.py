@@ -197,7 +197,7 @@ def _metrics(store: SessionStore, pool: WorkerPool) -> MetricsResponse:
     return MetricsResponse(
         sessions=store.live_by_env(), sessions_total=len(store), sessions_created=store.created_total,
         sessions_closed=store.closed_total, sessions_lost=len(store.lost), steps_total=store.stats.steps_total,
-        steps_by_env=dict(store.stats.steps_by_env), steps_per_s=round(store.stats.steps_per_s(), 3),
+        steps_by_env=dict(store.stats.steps_by_env), steps_repeated=store.stats.steps_repeated, steps_per_s=round(store.stats.steps_per_s(), 3),
         step_latency_ms=store.stats.latency_ms(), workers_shared=len(pool.shared),
         workers_dedicated=len(pool.dedicated), workers_idle=sum(len(w) for w in pool.idle.values()),
         sessions_on_reused_workers=pool.reused, worker_restarts=pool.restarts, worker_deaths=pool.deaths,
@@ -245,7 +245,7 @@ def _native_routes(store: SessionStore, catalog: _Catalog) -> APIRouter:
 
     @router.post("/sessions/{sid}/step")
     async def step_session(sid: int, body: StepRequest) -> StepResponse:
-        r = await store.step(await store.lookup(sid), body.action)
+        r = await store.step(await store.lookup(sid), body.action, body.step)
         return StepResponse(
             observation=r.observation, reward=r.reward, terminated=r.terminated, truncated=r.truncated, info=r.info
         )

@@ -42,6 +42,8 @@ class StepStats:
         self.finished: deque[float] = deque(maxlen=window)  # finish times, for steps/s
         self.steps_total = 0
         self.steps_by_env: dict[str, int] = {}
+        self.steps_repeated = 0
+        """Steps a client sent again (its answer lost on the way) that got their result again, not applied twice."""
 
     def record(self, env_name: str, seconds: float) -> None:
         self.latencies.append(seconds)

@@ -19,7 +19,8 @@ from agentrl_core.env_service.pool import Worker, WorkerPool
 from agentrl_core.env_service.server_metrics import StepStats
 from agentrl_core.env_service.worker import EnvSpec
 from agentrl_core.envs.base import StepResult
-from agentrl_core.envs.errors import SessionLostError, SessionNotFoundError, TooManySessionsError, UnknownEnvError
+from agentrl_core.envs.errors import (SessionLostError, SessionNotFoundError, StepOutOfOrderError, TooManySessionsError,
+                                     UnknownEnvError)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ class Session:
     reward: float = 0.0
     done: bool = False
     steps: int = 0
+    last_step: tuple[str, StepResult] | None = None
+    """The action of the step taken last since the reset, and its result: what a resend of it gets again."""
+    step_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One step of a session at a time: a resend waits for the step it repeats to finish."""
 
     @property
     def available_actions(self) -> list[str]:
@@ -186,17 +191,26 @@ class SessionStore:
         args = {"task_id": task_id, "seed": seed, "options": options}
         obs, info = await self.call(session, "reset", args)
         session.task_id, session.observation, session.info = task_id, obs, info
-        session.reward, session.done, session.steps = 0.0, False, 0
+        session.reward, session.done, session.steps, session.last_step = 0.0, False, 0, None
         return obs, info
 
-    async def step(self, session: Session, action: str) -> StepResult:
-        started = time.perf_counter()
-        obs, reward, terminated, truncated, info = await self.call(session, "step", action)
-        self.stats.record(session.env_name, time.perf_counter() - started)
-        session.observation, session.info, session.reward = obs, info, reward
-        session.done = terminated or truncated
-        session.steps += 1
-        return StepResult(obs, reward, terminated, truncated, info)
+    async def step(self, session: Session, action: str, number: int | None = None) -> StepResult:
+        """Apply `action`; with `number` (the steps taken since the reset before this one), a resend of the step
+        taken last gets its result again instead of being applied twice (`repeated_step`)."""
+        async with session.step_lock:
+            if number is not None and (again := repeated_step(session, action, number)) is not None:
+                self.stats.steps_repeated += 1
+                log.info("session %d: step %d was sent again; its result is returned again", session.id, number)
+                return again
+            started = time.perf_counter()
+            obs, reward, terminated, truncated, info = await self.call(session, "step", action)
+            self.stats.record(session.env_name, time.perf_counter() - started)
+            session.observation, session.info, session.reward = obs, info, reward
+            session.done = terminated or truncated
+            session.steps += 1
+            result = StepResult(obs, reward, terminated, truncated, info)
+            session.last_step = (action, result)
+            return result
 
     async def expert(self, session: Session) -> str:
         return str(await self.call(session, "expert"))
@@ -250,3 +264,15 @@ class SessionStore:
     async def close_all(self) -> None:
         """Close every session (server shutdown)."""
         await asyncio.gather(*(self._close(s) for s in list(self.sessions.values())), return_exceptions=True)
+
+
+def repeated_step(session: Session, action: str, number: int) -> StepResult | None:
+    """The result to send again when step `number` is the session's last step resent with the same action; None
+    when it is the session's next step; StepOutOfOrderError for any other number."""
+    if number == session.steps:
+        return None
+    if number == session.steps - 1 and session.last_step is not None and session.last_step[0] == action:
+        return session.last_step[1]
+    raise StepOutOfOrderError(
+        f"step {number} of session {session.id} was sent, but the session has taken {session.steps} steps since "
+        "its reset (a step may be sent again only as its last one, with the same action); reset the session")

@@ -14,6 +14,7 @@ __all__ = [
     "ServerStartError",
     "SessionLostError",
     "SessionNotFoundError",
+    "StepOutOfOrderError",
     "EnvTimeoutError",
     "TaskNotFoundError",
     "TooManySessionsError",
@@ -38,6 +39,11 @@ class SessionLostError(EnvError, RuntimeError):
 
     Only the sessions of that worker are lost; the server replaces the worker and keeps serving.
     """
+
+
+class StepOutOfOrderError(EnvError, ValueError):
+    """A step named by its number (`StepRequest.step`) that is neither the session's next step nor the one it
+    took last (HTTP 409): the client and the server disagree on where the episode is; reset the session."""
 
 
 class EnvTimeoutError(EnvError, TimeoutError):

@@ -18,6 +18,7 @@ from agentrl_core.envs.errors import (
     InvalidRequestError,
     ResetNeededError,
     SessionNotFoundError,
+    StepOutOfOrderError,
     TaskNotFoundError,
     TooManySessionsError,
     UnknownEnvError,
@@ -99,6 +100,14 @@ def test_a_step_is_retried_only_when_it_never_reached_the_server() -> None:
         with pytest.raises(EnvServerUnavailable):
             rec.client().step(1, "look")
         assert rec.calls == 1, outcome  # it may have been applied: never resend
+
+
+def test_a_numbered_step_is_resent_like_any_request() -> None:
+    ok = {"observation": "o", "reward": 0.0, "terminated": False, "truncated": False, "info": {}}
+    for outcome in (httpx.ReadError("[Errno 9] Bad file descriptor"), httpx.ReadTimeout("slow"), 503):
+        rec = Recorder(outcome, 200, body=ok)
+        assert rec.client().step(1, "look", 0) == StepResult("o", 0.0, False, False, {})
+        assert rec.calls == 2, outcome  # the server answers a resend of its last step without applying it again
 
 
 def test_a_session_is_created_once_however_long_its_start_takes() -> None:
@@ -216,6 +225,56 @@ def test_remote_env_reuses_its_session(env_client: EnvClient) -> None:
     env.close()
     assert env.session_id is None and env_client.health()["sessions"] == 0
     env.close()  # idempotent
+
+
+class LosesAStepAnswer:
+    """EnvClient's `http`: the app answers every request, but the answer to step `lose` is lost on the way back
+    (the read fails after the server applied the step)."""
+
+    def __init__(self, app_client: TestClient, lose: int) -> None:
+        self.app_client, self.lose, self.steps = app_client, lose, 0
+
+    def request(self, method: str, path: str, **kwargs) -> httpx.Response:
+        resp = self.app_client.request(method, path, **kwargs)
+        if path.endswith("/step"):
+            self.steps += 1
+            if self.steps == self.lose:
+                raise httpx.ReadError("[Errno 9] Bad file descriptor")
+        return resp
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_step_whose_answer_was_lost_is_applied_once() -> None:
+    """RemoteEnv numbers its steps: the resend of a step the server applied gets the same result back, and the
+    game moves on from there (a step applied twice would be a second action the agent never chose)."""
+    with TestClient(create_app(["household"], workers=1), raise_server_exceptions=False) as tc:
+        env = RemoteEnv(EnvClient("http://testserver", http=LosesAStepAnswer(tc, lose=2), backoff=0.0), "household")
+        reference = RemoteEnv(EnvClient("http://testserver", http=tc, retries=0), "household")
+        for played in (env, reference):
+            played.reset(task_id=3)
+        for _ in range(3):
+            action = reference.expert_action()
+            assert env.step(action) == reference.step(action)
+        assert env.steps == reference.steps == 3
+        metrics = tc.get("/metrics").json()
+        assert (metrics["steps_total"], metrics["steps_repeated"]) == (6, 1)
+        env.reset(task_id=3)
+        assert env.steps == 0
+
+
+def test_a_step_out_of_order_is_refused(env_client: EnvClient) -> None:
+    sid, _, _ = env_client.create("household", 3)
+    with pytest.raises(StepOutOfOrderError, match="step 1 of session .* has taken 0 steps") as err:
+        env_client.step(sid, "look", 1)
+    assert err.value.status_code == 409  # type: ignore[attr-defined]
+    first = env_client.step(sid, "look", 0)
+    assert env_client.step(sid, "look", 0) == first  # the last step, sent again: its result, not a second look
+    with pytest.raises(StepOutOfOrderError, match="with the same action"):
+        env_client.step(sid, "inventory", 0)
+    env_client.reset(sid, 3)
+    assert env_client.step(sid, "look", 0) == first
 
 
 def test_unreachable_server_is_unavailable() -> None:
