@@ -175,9 +175,9 @@ class Bench:
     def sft(self, name: str, seed: int, setting: SftSetting, base: Path) -> Path:
         cfg = self.cfg(name, seed, *setting.overrides())
         t = time.time()
-        model = export_hf(Path(train_sft(cfg, init_model=base, env_url=self.url).checkpoint), cfg.run_dir / "export")
-        self.minutes[name] = (time.time() - t) / 60
-        return model
+        result = train_sft(cfg, init_model=base, env_url=self.url)
+        self.minutes[name] = stage_minutes(result, cfg.run_dir / "sft", (time.time() - t) / 60)
+        return export_hf(Path(result.checkpoint), cfg.run_dir / "export")
 
     def choose_sft(self, seed: int, base: Path) -> tuple[SftSetting, Path]:
         """Train every grid setting and keep the best on validation (ties: the faster)."""
@@ -200,14 +200,25 @@ class Bench:
         cfg = self.cfg(name, seed, *arm_overrides(algorithm), *length, "trainer.save_every=1000",
                        f"trainer.val_every={self.args.val_every}")
         t = time.time()
-        ckpt = train_grpo(cfg, init_model=sft, env_url=self.url).checkpoint
-        self.minutes[name] = (time.time() - t) / 60
+        result = train_grpo(cfg, init_model=sft, env_url=self.url)
+        self.minutes[name] = stage_minutes(result, cfg.run_dir / "grpo", (time.time() - t) / 60)
+        ckpt = result.checkpoint
         check_estimator(cfg.run_dir / "grpo", ARMS[algorithm][0])
         return export_hf(Path(ckpt), cfg.run_dir / "export")
 
     def test(self, label: str, seed: int, model: Path) -> None:
         self.tests[label] = self.play(self.cfg(label, seed), model, self.test_ids, label)
         print(f"{label}: test {self.tests[label].success_text()}", flush=True)
+
+
+def stage_minutes(result, stage_dir: Path, wall_minutes: float) -> float:
+    """A stage's minutes: this call's wall time, or, when the call resumed the stage (a run started again after a
+    failure: what ran before was not timed here), its metrics log's span, from the first logged step's start
+    (its record's time less its own train time) to the last record. The controls are sized by these minutes."""
+    if not result.resumed_from:
+        return wall_minutes
+    rows = [row for row in read_metrics(stage_dir / "metrics.jsonl") if "time" in row]
+    return (rows[-1]["time"] - rows[0]["time"] + rows[0].get("time/train_s", 0.0)) / 60
 
 
 GIVEN_START = SftSetting(0, 0)

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from agentrl_core.evaluation.metrics import EvalSummary, EpisodeResult, summarize
-from bench.bench_multiturn import Bench, SftSetting, arm_overrides, by_type, check_estimator, comparisons, curves, plot, task_types
+from agentrl_core.training.session import StageResult
+from bench.bench_multiturn import (Bench, SftSetting, arm_overrides, by_type, check_estimator, comparisons, curves, plot,
+                                  stage_minutes, task_types)
 
 
 def test_sft_settings_parse_and_reject_bad_text() -> None:
@@ -228,3 +230,16 @@ def test_the_report_records_each_model_and_its_invalid_commands(tmp_path: Path, 
     assert out["figures"]["gigpo-seed0_success"] == 0.5 and out["figures"]["gigpo-seed0_invalid_action_rate"] == 0.125
     assert out["tests"]["sft-seed0"]["task_metrics"]["invalid_action_rate"]["1"] == 0.25
     assert "gigpo-seed0: 50.0% [29.9, 70.1] n=20; invalid commands per episode 12.5%" in capsys.readouterr().out
+
+
+def test_a_resumed_stage_is_timed_from_its_metrics_not_from_the_call(tmp_path: Path) -> None:
+    """A run started again after a failure finds its SFT finished: the call takes seconds, but the controls are
+    sized by the minutes the stage trained."""
+    rows = [{"step": 1, "time": 1000.0, "time/train_s": 30.0, "loss": 1.0},
+            {"step": 2, "time": 1030.0, "time/train_s": 30.0, "loss": 0.9},
+            {"step": 3, "time": 1090.0, "time/train_s": 30.0, "loss": 0.8}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fresh = StageResult("sft", "ckpt", 3, 0)
+    assert stage_minutes(fresh, tmp_path, 2.5) == 2.5
+    resumed = StageResult("sft", "ckpt", 3, 3)
+    assert stage_minutes(resumed, tmp_path, 0.05) == pytest.approx((90.0 + 30.0) / 60)
