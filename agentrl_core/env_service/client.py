@@ -1,10 +1,10 @@
 """The environment client: ONE httpx client for the env server, and RemoteEnv (the Env contract over HTTP).
 
 Transient failures (connection errors, timeouts, 429, 502/503/504) are retried a bounded number
-of times with exponential backoff; a step that names its number (RemoteEnv's do) is retried like any
-request, the server answering a resend of the step it took last with that step's result instead of
-applying it twice; a step without one only when the connection was never made (it may otherwise
-have been applied); a session's creation also when the server refused it
+of times with exponential backoff; a step that names its number (RemoteEnv's do) is sent again when its
+answer was lost or the server refused it (429/503), the server answering a resend of the step it took
+last with that step's result instead of applying it twice; a step without one only when the connection
+was never made (it may otherwise have been applied); a session's creation also when the server refused it
 (429/503: nothing was created) but never after a sent request went unanswered: resending it would
 start a second session, and a worker process with it, beside the one the server may still be starting.
 Every other failure becomes a typed exception named for the boundary (see `agentrl_core.envs.errors`).
@@ -130,12 +130,15 @@ class EnvClient:
     # -- transport -----------------------------------------------------------------------------
     def _request(
         self, method: str, path: str, *, json: Any = None, params: Any = None, repeatable: bool = True,
-        retry_refused: bool | None = None, timeout: httpx.Timeout | None = None,
+        retry_refused: bool | None = None, resend_unanswered: bool | None = None,
+        timeout: httpx.Timeout | None = None,
     ) -> httpx.Response:
         """Send with bounded retries; `repeatable=False` retries only when nothing reached the server, or
-        (`retry_refused`, default `repeatable`) when it answered that it did nothing (REFUSED_STATUS).
+        (`retry_refused`, default `repeatable`) when it answered that it did nothing (REFUSED_STATUS), or
+        (`resend_unanswered`, default `repeatable`) when a sent request's answer never came.
         `timeout`: this request's, instead of the client's."""
         retry_refused = repeatable if retry_refused is None else retry_refused
+        resend_unanswered = repeatable if resend_unanswered is None else resend_unanswered
         extra = {} if timeout is None else {"timeout": timeout}
         last: str = ""
         last_resp: httpx.Response | None = None  # set when the last failure was a transient status
@@ -150,7 +153,7 @@ class EnvClient:
                 last = f"{type(exc).__name__}: {exc}"  # the request never reached the server: safe to resend
                 continue
             except httpx.TransportError as exc:
-                if not repeatable:
+                if not resend_unanswered:
                     raise EnvServerUnavailable(
                         f"{method} {path} failed after the request was sent ({type(exc).__name__}: {exc}); "
                         "it may have been applied, so it was not retried"
@@ -209,7 +212,8 @@ class EnvClient:
         lost answer, the server returning the step's result rather than applying it twice; without it, it is
         never resent unless the connection was never made (see the module docstring)."""
         body = StepRequest(action=action, step=number).model_dump(exclude_none=True)
-        resp = self._request("POST", f"/sessions/{sid}/step", json=body, repeatable=number is not None)
+        resp = self._request("POST", f"/sessions/{sid}/step", json=body, repeatable=False,
+                             retry_refused=number is not None, resend_unanswered=number is not None)
         out = StepResponse.model_validate(resp.json())
         return StepResult(out.observation, out.reward, out.terminated, out.truncated, out.info)
 

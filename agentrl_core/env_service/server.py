@@ -197,7 +197,8 @@ def _metrics(store: SessionStore, pool: WorkerPool) -> MetricsResponse:
     return MetricsResponse(
         sessions=store.live_by_env(), sessions_total=len(store), sessions_created=store.created_total,
         sessions_closed=store.closed_total, sessions_lost=len(store.lost), steps_total=store.stats.steps_total,
-        steps_by_env=dict(store.stats.steps_by_env), steps_repeated=store.stats.steps_repeated, steps_per_s=round(store.stats.steps_per_s(), 3),
+        steps_by_env=dict(store.stats.steps_by_env), steps_repeated=store.stats.steps_repeated,
+        steps_per_s=round(store.stats.steps_per_s(), 3),
         step_latency_ms=store.stats.latency_ms(), workers_shared=len(pool.shared),
         workers_dedicated=len(pool.dedicated), workers_idle=sum(len(w) for w in pool.idle.values()),
         sessions_on_reused_workers=pool.reused, worker_restarts=pool.restarts, worker_deaths=pool.deaths,

@@ -102,12 +102,17 @@ def test_a_step_is_retried_only_when_it_never_reached_the_server() -> None:
         assert rec.calls == 1, outcome  # it may have been applied: never resend
 
 
-def test_a_numbered_step_is_resent_like_any_request() -> None:
+def test_a_numbered_step_is_resent_when_its_answer_was_lost_or_refused() -> None:
     ok = {"observation": "o", "reward": 0.0, "terminated": False, "truncated": False, "info": {}}
-    for outcome in (httpx.ReadError("[Errno 9] Bad file descriptor"), httpx.ReadTimeout("slow"), 503):
+    for outcome in (httpx.ReadError("[Errno 9] Bad file descriptor"), httpx.ReadTimeout("slow"), 503, 429):
         rec = Recorder(outcome, 200, body=ok)
         assert rec.client().step(1, "look", 0) == StepResult("o", 0.0, False, False, {})
         assert rec.calls == 2, outcome  # the server answers a resend of its last step without applying it again
+    for status in (504, 502, 500):  # the server answered: the env call failed (504: timed out, its worker stopped)
+        rec = Recorder(status, 200, body=ok)
+        with pytest.raises(EnvError):
+            rec.client().step(1, "look", 0)
+        assert rec.calls == 1, status
 
 
 def test_a_session_is_created_once_however_long_its_start_takes() -> None:
