@@ -164,18 +164,19 @@ def _recipe_flow(args: argparse.Namespace, kind: str) -> int:
 
 def cmd_curriculum(args: argparse.Namespace) -> int:
     """The staged curriculum flow: each stage from the previous one's export, then evaluation."""
-    from agentrl_core.curriculum import load_curriculum, stage_recipe
+    from agentrl_core.curriculum import load_curriculum, stage_recipe, stages_until
     from agentrl_core.models import resolve_model
 
     _stop_on_signals()
-    cur = load_curriculum(args.curriculum)  # a bad curriculum or override fails here, before Prefect starts
+    cur = stages_until(load_curriculum(args.curriculum), args.until)  # a bad one fails here, before Prefect starts
     recipes = [stage_recipe(cur, i, args.overrides) for i in range(len(cur.stages))]
     resolve_model(recipes[0].model.name)
     flow = _flow("curriculum")
     last = recipes[-1]
     console.print(f"[bold]curriculum[/bold] {args.curriculum}: {' → '.join(s.name for s in cur.stages)} → "
                   f"{last.run_dir}")
-    result = _call_flow(args, lambda: flow(curriculum_file=args.curriculum, overrides=args.overrides),
+    result = _call_flow(args, lambda: flow(curriculum_file=args.curriculum, overrides=args.overrides,
+                                           until=args.until),
                         last.run_dir, tuple(s.name for s in cur.stages))
     if isinstance(result, int):
         return result
@@ -470,6 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "a re-run skips completed stages and resumes the failed one")
     s.add_argument("curriculum", nargs="?", default="bfcl", help="a name in recipes/curricula/ or a YAML path")
     s.add_argument("overrides", nargs="*", help="dotted overrides applied to every stage, after the stage's own")
+    s.add_argument("--until", metavar="STAGE", default=None,
+                   help="stop after this stage; a later run (without it, or with a later stage) goes on from there")
     s.set_defaults(fn=cmd_curriculum)
 
     s = sub.add_parser("batch-eval", help="run the batch evaluation flow: checkpoints x envs x seeds (what the registry "
@@ -499,8 +502,21 @@ def _quiet_logs(verbose: bool) -> None:
         hf_logging.disable_progress_bar()
 
 
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, dotted overrides taken wherever they stand: `agentrl curriculum bfcl --until stage1
+    run.name=x` (argparse alone stops filling a positional list at the first option after it)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "overrides", None), list) and all(
+            "=" in arg and not arg.startswith("-") for arg in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command again, to resume after a signal
     if args.command in FLOW_COMMANDS + ("eval",) and argv is None:
         from agentrl.allocator import reexec_with_tuned_malloc

@@ -90,6 +90,17 @@ def load_curriculum(path_or_name: str | Path) -> CurriculumConfig:
         raise ConfigError(f"{path}: invalid curriculum: {err}") from None
 
 
+def stages_until(cur: CurriculumConfig, until: str | None) -> CurriculumConfig:
+    """The curriculum up to and including stage `until` (all of it for None): a long curriculum run a stage or
+    a few at a time, a later run skipping the stages done (they are cached)."""
+    if until is None:
+        return cur
+    names = [s.name for s in cur.stages]
+    if until not in names:
+        raise ConfigError(f"no stage {until!r} to stop after; the curriculum's stages are {', '.join(names)}")
+    return cur.model_copy(update={"stages": cur.stages[:names.index(until) + 1]})
+
+
 def stage_recipe(cur: CurriculumConfig, index: int, overrides: Iterable[str] = ()) -> RecipeConfig:
     """Stage `index`'s recipe: base recipe, then the stage's overrides, then the caller's (last word)."""
     base = load_recipe(cur.base_recipe)

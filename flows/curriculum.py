@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from prefect import flow, get_run_logger
 
 from agentrl_core.curriculum import (CurriculumConfig, export_dir, export_is_complete, load_curriculum,
-                                     model_fingerprint, stage_recipe)
+                                     model_fingerprint, stage_recipe, stages_until)
 from agentrl_core.errors import ConfigError
 from tasks.curriculum import curriculum_stage
 from tasks.env_server import env_server
@@ -24,16 +26,17 @@ def _resolve(curriculum: CurriculumConfig | None, curriculum_file: str | None) -
 
 @flow(name="curriculum", log_prints=True, validate_parameters=True)
 def curriculum(curriculum: CurriculumConfig | None = None, curriculum_file: str | None = None,
-               overrides: list[str] | None = None) -> dict:
+               overrides: list[str] | None = None, until: str | None = None) -> dict:
     """Train the stages in order, each from the previous stage's export (a stage with `sft.enabled` warm-starts
     with SFT, then GRPO from it); evaluate base and every stage (and, with `evaluate_each_stage`, each stage's
     start, warm start and export on its own held-out tasks as it ends).
 
     `curriculum_file` is a name in recipes/curricula/ (default `bfcl`) or a YAML path; `overrides`
-    (dotted KEY=VALUE) apply to every stage, after the stage's own. Re-running after a failure
-    skips the completed stages (cached) and resumes the failed one from its last checkpoint.
+    (dotted KEY=VALUE) apply to every stage, after the stage's own; `until` names the stage to stop after (a
+    later run goes on from there). Re-running after a failure skips the completed stages (cached, their
+    reports kept) and resumes the failed one from its last checkpoint.
     """
-    cur = _resolve(curriculum, curriculum_file)
+    cur = stages_until(_resolve(curriculum, curriculum_file), until)
     recipes = [stage_recipe(cur, i, overrides or []) for i in range(len(cur.stages))]
     for recipe in recipes:  # no password in stored parameters; load the Prefect Secret blocks named
         prepare_secrets(recipe, overrides or [], recipe_was_sent=curriculum is not None)
@@ -60,8 +63,9 @@ def _stages(cur: CurriculumConfig, recipes: list, run_id: int) -> dict:
         if warm:
             exports[f"{spec.name}-sft"] = record_export(recipe, run_id, f"{spec.name}-sft", warm)
         if cur.evaluate_each_stage and recipe.eval.enabled:
-            stage_reports[spec.name] = _evaluate_stage(recipe, spec.name, init, warm, outcome["export"], run_id,
-                                                       exports)
+            kept = _kept_report(recipe, spec.name) if cached else None
+            stage_reports[spec.name] = kept or _evaluate_stage(recipe, spec.name, init, warm, outcome["export"],
+                                                               run_id, exports)
         init = outcome["export"]
     last = recipes[-1]
     evals: dict[str, dict] = {}
@@ -74,6 +78,17 @@ def _stages(cur: CurriculumConfig, recipes: list, run_id: int) -> dict:
                      {s["name"]: s["export"] for s in stages})
     return {"run_dir": str(last.run_dir), "stages": stages, "evals": evals, "report": summary,
             "stage_reports": stage_reports}
+
+
+def _kept_report(recipe, name: str) -> dict | None:
+    """A cached stage's report from the run that trained it (<run>/<stage>/report/), or None when it has none."""
+    folder = recipe.run_dir / name / "report"
+    if not (folder / "eval.json").is_file():
+        return None
+    get_run_logger().info("%s: cached, its report kept (%s)", name, folder)
+    plot = folder / "curves.png"
+    return {"rows": json.loads((folder / "eval.json").read_text())["rows"], "markdown": str(folder / "summary.md"),
+            "plot": str(plot) if plot.is_file() else None}
 
 
 def _evaluate_stage(recipe, name: str, start: str, warm: str | None, export: str, run_id: int,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.cli import build_parser, main
+from agentrl.cli import build_parser, main, parse_args
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,6 +21,16 @@ def test_every_command_has_help(command, capsys):
         build_parser().parse_args([command, "--help"])
     assert exit_.value.code == 0
     assert "usage: agentrl" in capsys.readouterr().out
+
+
+def test_overrides_are_taken_wherever_they_stand(capsys):
+    args = parse_args(["curriculum", "bfcl", "trainer.steps=1", "--until", "stage1", "run.name=x"])
+    assert (args.curriculum, args.until, args.overrides) == ("bfcl", "stage1", ["trainer.steps=1", "run.name=x"])
+    with pytest.raises(SystemExit):
+        parse_args(["curriculum", "bfcl", "--until", "stage1", "--nope"])
+    assert "unrecognized arguments: --nope" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a command without overrides takes none
+        parse_args(["envs", "x=1"])
 
 
 def test_bad_recipe_exits_2_with_the_key_and_choices(capsys):

@@ -68,8 +68,12 @@ def test_a_curriculum_from_the_command_line_scores_each_stage_on_its_own_tasks(p
     overrides = [f"model.name={tiny_model_path}", f"run.root={root}", "run.name=cur", "env.max_turns=8",
                  "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.sampling.max_new_tokens=4",
                  "model.compute_dtype=float32", "env.test_tasks=2", "eval.sampling.max_new_tokens=4"]
+    assert main(["curriculum", str(cur), "--until", "a", *overrides]) == 0  # stage a alone, then the rest
+    assert (root / "cur" / "export" / "a" / "COMPLETE").exists() and not (root / "cur" / "export" / "b").exists()
+    a_trained = [(root / "cur" / "a" / f).read_bytes() for f in ("metrics.jsonl", "report/eval.json")]
     assert main(["curriculum", str(cur), *overrides]) == 0
     assert (root / "cur" / "export" / "b" / "COMPLETE").exists()
+    assert [(root / "cur" / "a" / f).read_bytes() for f in ("metrics.jsonl", "report/eval.json")] == a_trained
     assert kinds(root) == {"curriculum": "completed"}
     warm = root / "cur" / "a" / "sft" / "export"
     assert (warm / "COMPLETE").exists() and not (root / "cur" / "b" / "sft").exists()
@@ -105,5 +109,8 @@ def test_a_stage_split_names_the_stage_within_the_registry_column():
 def test_a_bad_override_fails_before_any_flow_starts(tmp_path, capsys):
     assert main(["curriculum", "bfcl", "trainer.stepz=1", f"run.root={tmp_path}"]) == 2
     assert "trainer.stepz" in capsys.readouterr().err
+    assert main(["curriculum", "bfcl", "--until", "stage4", f"run.root={tmp_path}"]) == 2
+    assert "no stage 'stage4' to stop after; the curriculum's stages are stage1, stage2, stage3" in \
+        " ".join(capsys.readouterr().err.split())
     assert main(["sft", "household_grpo", "sft.epochz=1", f"run.root={tmp_path}"]) == 2
     assert not any(tmp_path.iterdir())
