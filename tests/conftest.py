@@ -26,6 +26,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 WORKER_MEMORY_GIB = 4.0
 """Memory one parallel worker may need at its peak (a real model, a server or two, a training step)."""
+WORKER_DISK_GIB = 1.5
+"""Temporary disk one parallel worker may need at its peak: a real model's checkpoint (0.5 GiB in float32) in a
+test's tmp_path beside its module's kept fixtures (a DeepSpeed stage's 0.4 GiB). Measured: 1.9 GiB at most over
+the suite on 3 workers (df sampled every 10 s); a CI disk with less free than the workers wrote ran out."""
 SHARED_SCOPES = ("module", "package", "class")
 """Fixture scopes shared by several tests: the tests sharing one run in the same worker, so it starts once."""
 
@@ -98,15 +102,17 @@ def env_server_url():
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than the usable cores, as many as the memory holds (WORKER_MEMORY_GIB each).
+    """`-n auto`: one worker more than the usable cores, as many as the memory holds (WORKER_MEMORY_GIB each)
+    and the temporary folder's free disk holds (WORKER_DISK_GIB each).
 
     Many tests wait on what they started (a server booting, a Ray node found dead, a run reaching a phase):
     with one worker per core the CPUs were 91% busy over the suite (17.2 min on 2 cores), with one more 99%
     (16.7 min, bench/results/test_suite.json): the extra worker fills those waits."""
-    from agentrl_core.system.machine_info import usable_cores
+    from agentrl_core.system.machine_info import free_disk_bytes, usable_cores
 
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return max(1, min(usable_cores() + 1, int(memory_gib // WORKER_MEMORY_GIB)))
+    disk_gib = free_disk_bytes() / 2**30
+    return max(1, min(usable_cores() + 1, int(memory_gib // WORKER_MEMORY_GIB), int(disk_gib // WORKER_DISK_GIB)))
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:

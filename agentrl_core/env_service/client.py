@@ -131,12 +131,13 @@ class EnvClient:
     def _request(
         self, method: str, path: str, *, json: Any = None, params: Any = None, repeatable: bool = True,
         retry_refused: bool | None = None, resend_unanswered: bool | None = None,
-        timeout: httpx.Timeout | None = None,
+        timeout: tuple[float, float, float, float] | None = None,
     ) -> httpx.Response:
         """Send with bounded retries; `repeatable=False` retries only when nothing reached the server, or
         (`retry_refused`, default `repeatable`) when it answered that it did nothing (REFUSED_STATUS), or
         (`resend_unanswered`, default `repeatable`) when a sent request's answer never came.
-        `timeout`: this request's, instead of the client's."""
+        `timeout`: this request's (connect, read, write, pool) seconds, instead of the client's: a plain tuple,
+        which httpx and httpx2 clients both take (Starlette's TestClient is built on httpx2 where it is installed)."""
         retry_refused = repeatable if retry_refused is None else retry_refused
         resend_unanswered = repeatable if resend_unanswered is None else resend_unanswered
         extra = {} if timeout is None else {"timeout": timeout}
@@ -195,7 +196,7 @@ class EnvClient:
         SESSION_START_TIMEOUT_S, and not sent again once sent (see the module docstring)."""
         body = CreateSessionRequest(env=env, task_id=task_id, seed=seed, options=options).model_dump()
         resp = self._request("POST", "/sessions", json=body, repeatable=False, retry_refused=True,
-                             timeout=httpx.Timeout(self.timeout, read=max(self.timeout, SESSION_START_TIMEOUT_S)))
+                             timeout=(self.timeout, max(self.timeout, SESSION_START_TIMEOUT_S), self.timeout, self.timeout))
         out = SessionResponse.model_validate(resp.json())
         return out.session_id, out.observation, out.info
 

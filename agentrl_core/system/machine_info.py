@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import os
 import platform
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -175,5 +177,19 @@ def available_bytes(meminfo: str = "/proc/meminfo", cgroup: str | None = "/sys/f
     return available
 
 
+# -- disk ----------------------------------------------------------------------------------------
+def free_disk_bytes(path: str | Path | None = None) -> int:
+    """Bytes free to this user on the file system holding `path` (default: the temporary folder)."""
+    return shutil.disk_usage(path or tempfile.gettempdir()).free
+
+
+def describe_disk(path: str | Path | None = None) -> str:
+    """One line: free and total space where `path` (default: the temporary folder) lives."""
+    where = Path(path or tempfile.gettempdir())
+    usage = shutil.disk_usage(where)
+    return f"disk: {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.1f} GiB at {where}"
+
+
 if __name__ == "__main__":  # `python -m agentrl_core.system.machine_info`: what CI prints before the tests
     print(describe_cpu())
+    print(describe_disk())
