@@ -1,5 +1,7 @@
-"""Two models' played episodes on the same tasks, compared: each one's success with its 95% Wilson interval,
-and their paired difference (Newcombe's interval, McNemar's exact p) over the tasks both played.
+"""Models' played episodes on the same tasks, compared: each one's success with its 95% Wilson interval, and the
+first model's paired difference from each of the others (Newcombe's interval, McNemar's exact p) over the tasks
+both played. `--json FILE` writes the same as figures (`rows/NAME/{success,low,high,n}`,
+`comparisons/A-B/{diff,low,high,p_value,verdict,...}`), for `bench/record_command.py --json-figures` to keep.
 
 A model's outcomes come from either
 - the trajectory file a benchmark run kept (`runs/.../eval/NAME/trajectories.parquet`): task id -> mean success
@@ -11,12 +13,13 @@ A model's outcomes come from either
   (`--allow-dirty-source` compares it anyway, saying so).
 
     .venv/bin/python bench/compare_played.py A=runs/.../eval/NAME/trajectories.parquet \\
-        B=bench/results/multiturn_household_sharing.json#gigpo-seed0
+        B=bench/results/multiturn_household_sharing.json#gigpo-seed0 [C=... ...] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -55,23 +58,44 @@ def outcomes(source: str, allow_dirty: bool) -> tuple[dict[int, float], str]:
     return successes(path), path
 
 
+def rate_row(scores: dict[int, float]) -> dict[str, float]:
+    """One model's success over its tasks with the 95% Wilson interval: {success, low, high, n}."""
+    n, wins = len(scores), sum(scores.values())
+    low, high = wilson_interval(wins, n)
+    return {"success": wins / n, "low": low, "high": high, "n": n}
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("models", nargs=2, type=named_source, metavar="NAME=SOURCE",
-                   help="a trajectories.parquet file, or RECORD.json#ARM")
+    p.add_argument("models", nargs="+", type=named_source, metavar="NAME=SOURCE",
+                   help="a trajectories.parquet file, or RECORD.json#ARM; the first is compared with each other one")
     p.add_argument("--allow-dirty-source", action="store_true",
                    help="compare a results file recorded from a modified working tree (its line says so)")
+    p.add_argument("--json", metavar="FILE", help="also write the rows and comparisons to this JSON file")
     args = p.parse_args(argv)
-    (name_a, source_a), (name_b, source_b) = args.models
+    if len(args.models) < 2:
+        p.error("give at least two models (NAME=SOURCE), the first compared with each of the others")
+    names = [name for name, _ in args.models]
+    if len(set(names)) < len(names):
+        p.error(f"model names must differ, got {names}")
     try:
-        (a, where_a), (b, where_b) = (outcomes(s, args.allow_dirty_source) for s in (source_a, source_b))
+        played = [outcomes(source, args.allow_dirty_source) for _, source in args.models]
     except SourceError as exc:
         print(f"compare_played: {exc}", file=sys.stderr)
         return 2
-    for name, scores, where in ((name_a, a, where_a), (name_b, b, where_b)):
-        n, wins = len(scores), sum(scores.values())
-        print(f"{name}: {format_rate(wins / n, *wilson_interval(wins, n), n)} ({where})")
-    print(compare(a, b, (name_a, name_b)).text())
+    rows = {}
+    for name, (scores, where) in zip(names, played):
+        rows[name] = rate_row(scores)
+        r = rows[name]
+        print(f"{name}: {format_rate(r['success'], r['low'], r['high'], r['n'])} ({where})")
+    comparisons = {}
+    for name, (scores, _) in zip(names[1:], played[1:]):
+        comparison = compare(played[0][0], scores, (names[0], name))
+        comparisons[f"{names[0]}-{name}"] = comparison.to_dict()
+        print(comparison.text())
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"rows": rows, "comparisons": comparisons}, indent=1) + "\n")
     return 0
 
 

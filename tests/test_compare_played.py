@@ -58,3 +58,26 @@ def test_an_unknown_arm_or_missing_file_says_what_there_is(tmp_path, capsys):
     assert "no such trajectory file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["just-a-path", f"b={rec}#y"])
+
+
+def test_the_first_model_is_compared_with_each_other_and_the_json_keeps_it(tmp_path, capsys):
+    c = {1: 1, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1}
+    rec = record(tmp_path / "r.json", {"x": A, "y": B, "z": c})
+    out = tmp_path / "figures" / "cmp.json"
+    assert main([f"a={rec}#x", f"b={rec}#y", f"c={rec}#z", "--json", str(out)]) == 0
+    printed = lines(capsys)
+    assert [line.split(":")[0] for line in printed[:3]] == ["a", "b", "c"]
+    assert printed[3].startswith("a − b: +33.3 points") and printed[4].startswith("a − c: -33.3 points")
+    data = json.loads(out.read_text())
+    assert data["rows"]["c"] == {"success": 1.0, "low": pytest.approx(0.61, abs=0.01), "high": 1.0, "n": 6}
+    assert set(data["comparisons"]) == {"a-b", "a-c"}
+    assert data["comparisons"]["a-b"]["diff"] == pytest.approx(1 / 3)
+    assert data["comparisons"]["a-c"]["a_only"] == 0 and data["comparisons"]["a-c"]["b_only"] == 2
+    assert data["comparisons"]["a-b"]["verdict"] == "no difference shown"
+
+
+def test_one_model_or_a_repeated_name_is_refused(tmp_path):
+    rec = record(tmp_path / "r.json", {"x": A, "y": B})
+    for argv in ([f"a={rec}#x"], [f"a={rec}#x", f"a={rec}#y"]):
+        with pytest.raises(SystemExit):
+            main(argv)
