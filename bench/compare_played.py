@@ -22,12 +22,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_core.evaluation.stats import compare, format_rate, wilson_interval  # noqa: E402
+from bench.readme_figures import short_cpu  # noqa: E402
 from bench.recorded_tests import SourceError, named_source, recorded_test  # noqa: E402
 
 
@@ -40,25 +42,37 @@ def successes(path: str) -> dict[int, float]:
     return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 
-def recorded_successes(path: str, arm: str, allow_dirty: bool = False) -> tuple[dict[int, float], str]:
-    """(task id -> success, provenance) of arm `arm` in a recorded results file (`tests/ARM/task_success`)."""
-    test, _, provenance = recorded_test(path, arm, allow_dirty)
+def recorded_successes(path: str, arm: str, allow_dirty: bool = False) -> tuple[dict[int, float], str, dict[str, Any]]:
+    """(task id -> success, provenance, the whole results file) of arm `arm` in a recorded results file
+    (`tests/ARM/task_success`)."""
+    test, doc, provenance = recorded_test(path, arm, allow_dirty)
     if not isinstance(test.get("task_success"), dict):
         raise SourceError(f"{path}: no per-task success of {arm!r} (`tests/{arm}/task_success`)")
-    return {int(task): float(value) for task, value in test["task_success"].items()}, provenance
+    return {int(task): float(value) for task, value in test["task_success"].items()}, provenance, doc
 
 
-def outcomes(source: str, allow_dirty: bool) -> tuple[dict[int, float], str]:
-    """(task id -> success, where it came from) of one `NAME=SOURCE` source."""
+def outcomes(source: str, allow_dirty: bool) -> tuple[dict[int, float], str, dict[str, Any] | None]:
+    """(task id -> success, where it came from, its results file or None) of one `NAME=SOURCE` source."""
     path, sep, arm = source.partition("#")
     if sep:
         return recorded_successes(path, arm, allow_dirty)
     if not Path(path).is_file():
         raise SourceError(f"{path}: no such trajectory file (or give RECORD.json#ARM)")
-    return successes(path), path
+    return successes(path), path, None
 
 
-def rate_row(scores: dict[int, float]) -> dict[str, float]:
+def source_facts(where: str, doc: dict[str, Any] | None) -> dict[str, str]:
+    """Where a model's outcomes came from and, for a results file, the machine and dtype that played them
+    (the comparison itself runs anywhere: a table names the CPU of the run, not of this script)."""
+    facts = {"source": where}
+    if doc is not None:
+        facts["cpu"] = short_cpu(doc)
+        if doc.get("compute_dtype"):
+            facts["compute_dtype"] = str(doc["compute_dtype"])
+    return facts
+
+
+def rate_row(scores: dict[int, float]) -> dict[str, Any]:
     """One model's success over its tasks with the 95% Wilson interval: {success, low, high, n}."""
     n, wins = len(scores), sum(scores.values())
     low, high = wilson_interval(wins, n)
@@ -83,13 +97,13 @@ def main(argv: list[str]) -> int:
     except SourceError as exc:
         print(f"compare_played: {exc}", file=sys.stderr)
         return 2
-    rows = {}
-    for name, (scores, where) in zip(names, played):
-        rows[name] = rate_row(scores)
+    rows: dict[str, dict[str, Any]] = {}
+    for name, (scores, where, doc) in zip(names, played):
+        rows[name] = rate_row(scores) | source_facts(where, doc)
         r = rows[name]
         print(f"{name}: {format_rate(r['success'], r['low'], r['high'], r['n'])} ({where})")
     comparisons = {}
-    for name, (scores, _) in zip(names[1:], played[1:]):
+    for name, (scores, _, _) in zip(names[1:], played[1:]):
         comparison = compare(played[0][0], scores, (names[0], name))
         comparisons[f"{names[0]}-{name}"] = comparison.to_dict()
         print(comparison.text())

@@ -23,7 +23,10 @@ def trajectories(path: Path, outcomes: dict[int, int]) -> str:
 def record(path: Path, arms: dict[str, dict[int, int]], dirty: bool = False) -> str:
     tests = {arm: {"success_rate": sum(o.values()) / len(o), "task_success": {str(k): float(v) for k, v in o.items()}}
              for arm, o in arms.items()}
-    path.write_text(json.dumps({"git_revision": "0123456789abcdef", "git_dirty": dirty, "tests": tests}))
+    machine = {"model": "CPU Y", "generation": "family 25 model 17", "flags": ["avx2", "avx512f", "avx512_bf16"],
+               "cores": 2, "usable_cores": 2}
+    path.write_text(json.dumps({"git_revision": "0123456789abcdef", "git_dirty": dirty, "tests": tests,
+                                "machine": machine, "compute_dtype": "float32"}))
     return str(path)
 
 
@@ -69,7 +72,11 @@ def test_the_first_model_is_compared_with_each_other_and_the_json_keeps_it(tmp_p
     assert [line.split(":")[0] for line in printed[:3]] == ["a", "b", "c"]
     assert printed[3].startswith("a − b: +33.3 points") and printed[4].startswith("a − c: -33.3 points")
     data = json.loads(out.read_text())
-    assert data["rows"]["c"] == {"success": 1.0, "low": pytest.approx(0.61, abs=0.01), "high": 1.0, "n": 6}
+    row = data["rows"]["c"]
+    assert {k: row[k] for k in ("success", "high", "n")} == {"success": 1.0, "high": 1.0, "n": 6}
+    assert row["low"] == pytest.approx(0.61, abs=0.01) and row["source"].endswith("#z, recorded at 01234567, clean")
+    # the machine that played the episodes, from the source's results file (not the machine comparing them)
+    assert row["cpu"] == "CPU Y (family 25 model 17), 2 cores, AVX512-BF16" and row["compute_dtype"] == "float32"
     assert set(data["comparisons"]) == {"a-b", "a-c"}
     assert data["comparisons"]["a-b"]["diff"] == pytest.approx(1 / 3)
     assert data["comparisons"]["a-c"]["a_only"] == 0 and data["comparisons"]["a-c"]["b_only"] == 2
