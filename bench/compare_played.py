@@ -1,6 +1,6 @@
 """Models' played episodes on the same tasks, compared: each one's success with its 95% Wilson interval, and the
 first model's paired difference from each of the others (Newcombe's interval, McNemar's exact p) over the tasks
-both played. `--json FILE` writes the same as figures (`rows/NAME/{success,low,high,n}`,
+both played. `--json FILE` writes the same as figures (`rows/NAME/{success_rate,success_low,success_high,n}`,
 `comparisons/A-B/{diff,low,high,p_value,verdict,...}`), for `bench/record_command.py --json-figures` to keep.
 
 A model's outcomes come from either
@@ -73,10 +73,11 @@ def source_facts(where: str, doc: dict[str, Any] | None) -> dict[str, str]:
 
 
 def rate_row(scores: dict[int, float]) -> dict[str, Any]:
-    """One model's success over its tasks with the 95% Wilson interval: {success, low, high, n}."""
+    """One model's success over its tasks with the 95% Wilson interval: {success_rate, success_low, success_high,
+    n}, named as bench_multiturn names a scored model's (and as bench/recompare.py reads `rows/NAME/success_rate`)."""
     n, wins = len(scores), sum(scores.values())
     low, high = wilson_interval(wins, n)
-    return {"success": wins / n, "low": low, "high": high, "n": n}
+    return {"success_rate": wins / n, "success_low": low, "success_high": high, "n": n}
 
 
 def main(argv: list[str]) -> int:
@@ -101,7 +102,7 @@ def main(argv: list[str]) -> int:
     for name, (scores, where, doc) in zip(names, played):
         rows[name] = rate_row(scores) | source_facts(where, doc)
         r = rows[name]
-        print(f"{name}: {format_rate(r['success'], r['low'], r['high'], r['n'])} ({where})")
+        print(f"{name}: {format_rate(r['success_rate'], r['success_low'], r['success_high'], r['n'])} ({where})")
     comparisons = {}
     for name, (scores, _, _) in zip(names[1:], played[1:]):
         comparison = compare(played[0][0], scores, (names[0], name))

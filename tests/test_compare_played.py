@@ -73,8 +73,8 @@ def test_the_first_model_is_compared_with_each_other_and_the_json_keeps_it(tmp_p
     assert printed[3].startswith("a − b: +33.3 points") and printed[4].startswith("a − c: -33.3 points")
     data = json.loads(out.read_text())
     row = data["rows"]["c"]
-    assert {k: row[k] for k in ("success", "high", "n")} == {"success": 1.0, "high": 1.0, "n": 6}
-    assert row["low"] == pytest.approx(0.61, abs=0.01) and row["source"].endswith("#z, recorded at 01234567, clean")
+    assert {k: row[k] for k in ("success_rate", "success_high", "n")} == {"success_rate": 1.0, "success_high": 1.0, "n": 6}
+    assert row["success_low"] == pytest.approx(0.61, abs=0.01) and row["source"].endswith("#z, recorded at 01234567, clean")
     # the machine that played the episodes, from the source's results file (not the machine comparing them)
     assert row["cpu"] == "CPU Y (family 25 model 17), 2 cores, AVX512-BF16" and row["compute_dtype"] == "float32"
     assert set(data["comparisons"]) == {"a-b", "a-c"}
