@@ -29,7 +29,7 @@ WORKER_MEMORY_GIB = 4.0
 WORKER_DISK_GIB = 1.5
 """Temporary disk one parallel worker may need at its peak: a real model's checkpoint (0.5 GiB in float32) in a
 test's tmp_path beside its module's kept fixtures (a DeepSpeed stage's 0.4 GiB). Measured: 1.9 GiB at most over
-the suite on 3 workers (df sampled every 10 s); a CI disk with less free than the workers wrote ran out."""
+the suite on 3 workers in one run, 3.0 GiB in another (df sampled every 10 s); a CI disk with less free ran out."""
 SHARED_SCOPES = ("module", "package", "class")
 """Fixture scopes shared by several tests: the tests sharing one run in the same worker, so it starts once."""
 
