@@ -108,11 +108,15 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     Many tests wait on what they started (a server booting, a Ray node found dead, a run reaching a phase):
     with one worker per core the CPUs were 91% busy over the suite (17.2 min on 2 cores), with one more 99%
     (16.7 min, bench/results/test_suite.json): the extra worker fills those waits."""
-    from agentrl_core.system.machine_info import free_disk_bytes, usable_cores
+    import tempfile
+
+    from agentrl_core.system import diskfull
+    from agentrl_core.system.machine_info import usable_cores
 
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    disk_gib = free_disk_bytes() / 2**30
-    return max(1, min(usable_cores() + 1, int(memory_gib // WORKER_MEMORY_GIB), int(disk_gib // WORKER_DISK_GIB)))
+    free = diskfull.free_bytes(tempfile.gettempdir())  # None where the OS cannot say: no bound
+    by_disk = int(free / 2**30 // WORKER_DISK_GIB) if free is not None else usable_cores() + 1
+    return max(1, min(usable_cores() + 1, int(memory_gib // WORKER_MEMORY_GIB), by_disk))
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:

@@ -178,13 +178,9 @@ def available_bytes(meminfo: str = "/proc/meminfo", cgroup: str | None = "/sys/f
 
 
 # -- disk ----------------------------------------------------------------------------------------
-def free_disk_bytes(path: str | Path | None = None) -> int:
-    """Bytes free to this user on the file system holding `path` (default: the temporary folder)."""
-    return shutil.disk_usage(path or tempfile.gettempdir()).free
-
-
 def describe_disk(path: str | Path | None = None) -> str:
-    """One line: free and total space where `path` (default: the temporary folder) lives."""
+    """One line: free and total space where `path` (default: the temporary folder) lives (what an unprivileged
+    writer may use, as system.diskfull.free_bytes counts it)."""
     where = Path(path or tempfile.gettempdir())
     usage = shutil.disk_usage(where)
     return f"disk: {usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.1f} GiB at {where}"
