@@ -461,6 +461,18 @@ def test_well_formed_is_every_reply_in_format_and_every_call_a_shown_function(bf
         assert result.info["success"] is True and _well_formed(result) == 1.0
 
 
+def test_progress_is_the_share_of_the_dialogues_turns_passed(bfcl) -> None:
+    env = bfcl.Bfcl(stage=2)
+    env.reset(task_id=0)  # multi_turn_base_0, 4 turns
+    progress = [env.step(env.expert_action()).info["episode_metrics"]["progress"] for _ in range(4)]
+    assert progress == [0.0, 0.25, 0.25, 0.5]  # call, answer (turn 0 passes), call, answer (turn 1 passes)
+    env.reset(task_id=0)
+    for _ in range(4):  # answer every turn at once: nothing moves, each turn fails
+        last = env.step(ANSWER)
+    assert last.terminated and last.info["success"] is False
+    assert last.info["episode_metrics"]["progress"] == 0.0
+
+
 def test_compact_docs_keep_names_descriptions_and_parameters(bfcl) -> None:
     full, compact = bfcl.Bfcl(stage=2), bfcl.Bfcl(stage=2, docs="compact")
     obs_full, _ = full.reset(task_id=0)

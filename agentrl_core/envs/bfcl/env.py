@@ -39,8 +39,17 @@ class _Episode:
 
     def metrics(self) -> dict[str, float]:
         """{"well_formed": 1.0 when the episode so far made a call, every reply kept the format (so every
-        call parsed) and every call named a function the model was shown; else 0.0}."""
-        return {"well_formed": float(self.calls > 0 and self.malformed == 0)}
+        call parsed) and every call named a function the model was shown; else 0.0,
+        "progress": the share of the dialogue's turns scored 1 so far}.
+
+            progress = (turns scored 1) / (turns of the entry)
+
+        e.g. 2 of 4 turns passed -> 0.5. Turns not reached count 0, so a finished (or truncated) episode's
+        progress is stage 3's reward, BFCL's progress score, at every stage: finer than the all-turns verdict.
+        """
+        passed = sum(protocol.turn_scores(self.log))
+        return {"well_formed": float(self.calls > 0 and self.malformed == 0),
+                "progress": passed / len(self.entry.turns)}
 
 
 @register
@@ -53,7 +62,8 @@ class Bfcl(Env):
     reward comes once, at the end (0.0 on earlier steps): stages 1-2 reward format and working
     tool calls (in [0, 2]), stage 3 the mean turn score (in [0, 1]); see `protocol`.
     `info["episode_metrics"]["well_formed"]` (on every step) is 1.0 while the episode has made a call and
-    every reply kept the format and named only functions shown to the model (`_Episode.metrics`).
+    every reply kept the format and named only functions shown to the model, and `["progress"]` the share of
+    the dialogue's turns passed so far (`_Episode.metrics`).
     `info["success"]` is the official BFCL verdict of the pinned `bfcl-eval` (every turn passed the
     official checks, see `checker`). `strict_irrelevance=True` makes the *reward* stricter: a turn
     whose ground truth is empty (the model should ask, not act) scores 0 if the model called a
@@ -131,7 +141,7 @@ class Bfcl(Env):
 
     # -- step ----------------------------------------------------------------------------------
     def _step(self, action: str) -> StepResult:
-        """One reply; every step's info also carries the episode's well-formedness so far (EPISODE_METRICS)."""
+        """One reply; every step's info also carries the episode's well-formedness and progress so far (EPISODE_METRICS)."""
         result = self._reply(action)
         result.info[EPISODE_METRICS] = self.episode.metrics()
         return result
