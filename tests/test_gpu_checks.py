@@ -31,7 +31,9 @@ def test_the_model_travels_in_two_parts_and_is_joined_checked(tmp_path: Path) ->
     shutil.rmtree(carried / "part1")  # command 2 carries part 2 only
     joined = carry.reassemble(manifest, [carried / "part2", stash], tmp_path / "joined.whl")
     assert joined.read_bytes() == src.read_bytes()
-    (stash / "m.part1").write_bytes(b"x" + (stash / "m.part1").read_bytes()[1:])
+    corrupt = bytearray((stash / "m.part1").read_bytes())
+    corrupt[0] ^= 0xFF  # always another byte (a fixed b"x" equals a random first byte one time in 256)
+    (stash / "m.part1").write_bytes(bytes(corrupt))
     with pytest.raises(carry.CarryError, match="wrong sha256"):
         carry.reassemble(manifest, [carried / "part2", stash], tmp_path / "again.whl")
     (stash / "m.part1").unlink()
