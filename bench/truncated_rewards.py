@@ -1,7 +1,9 @@
 """How many of a GRPO run's training episodes were cut off by the rollout, and what reward they kept.
 
-An environment that gives its reward once, at the end (BFCL), never gives it to an episode that the rollout ends
-first (`env.max_turns` replies, or `rollout.max_context_tokens`): such an episode scores 0 whatever it had earned.
+An environment that gives its reward once, at the end (BFCL), never gave it to an episode that the rollout ended
+first (`env.max_turns` replies, or `rollout.max_context_tokens`): such an episode scored 0 whatever it had earned,
+until the rollout credited the environment's `info["reward_so_far"]` to it (`agentrl_core.envs.reward_so_far`).
+With that, "cut off and scored 0" counts only episodes that had earned nothing.
 For each run folder this reads the rollout logs (`RUN/grpo/rollout_log/step_*.parquet`) and prints, over every
 training episode: how many were cut off (and how many at the context limit), how many of those scored 0, how many
 episodes passed part of their task by their own metric (`episode_metrics[METRIC] > 0`, BFCL's `progress` by

@@ -6,7 +6,8 @@ ResetNeededError; `reset` returns (str, dict) and is deterministic for a task id
 action (nonsense included) returns a StepResult, never an exception; rewards stay in
 `reward_range`; terminated and truncated are never both true; the last step sets
 `info["success"]`; every episode ends within `max_steps`; the expert wins every sampled task with
-a reward above the bottom of `reward_range` (the top, for envs without step-discounted rewards); `step` after the end raises ResetNeededError; `close()` works.
+a reward above the bottom of `reward_range` (the top, for envs without step-discounted rewards); `step` after the end raises ResetNeededError; `close()` works;
+an `info["reward_so_far"]`, where reported, is a number in `reward_range`.
 
 Pass a fresh env (never reset yet). Works the same on a RemoteEnv over HTTP.
 """
@@ -17,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.errors import EnvCheckError
+from agentrl_core.envs.reward_so_far import REWARD_SO_FAR, check_reward_so_far
 from agentrl_core.errors import ResetNeededError
 
 NONSENSE = "asdf qwerty"
@@ -127,6 +129,11 @@ def check_step_result(env: Env, result: StepResult, action: str) -> None:
     _require(env, in_range, f"{said} reward {result.reward} is outside reward_range {env.reward_range}")
     _require(env, not (result.terminated and result.truncated), f"{said} returned terminated and truncated both true")
     _require(env, isinstance(result.info, dict), f"{said} info must be a dict")
+    if REWARD_SO_FAR in result.info:
+        try:
+            check_reward_so_far(result.info[REWARD_SO_FAR], env.reward_range)
+        except ValueError as err:
+            raise EnvCheckError(f"{env.name}: {said}: {err}") from err
     if result.terminated or result.truncated:
         ok = isinstance(result.info.get("success"), bool)
         _require(env, ok, f"the last step must set info['success'] (bool), got {result.info}")

@@ -11,7 +11,7 @@ from agentrl_core.envs.base import Env
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.continuous import run_continuous
 from agentrl_core.rollout.generation import Engine, Generation
-from agentrl_core.rollout.episode import EpisodeSpec, LoopLimits, advance, Episode, finish_episode, open_episode
+from agentrl_core.rollout.episode import EpisodeSpec, LoopLimits, advance, Episode, cut_episode, open_episode
 from agentrl_core.rollout.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,7 @@ def _lock_step(
                 on_turn(turn, len(live))
         for e in episodes:
             if e.env is not None:  # still running after max_turns
-                e.traj.truncated = True
-                finish_episode(e)
+                cut_episode(e, "max_turns")
     return [e.traj for e in episodes]
 
 

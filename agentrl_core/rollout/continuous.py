@@ -30,7 +30,9 @@ from typing import Any, Callable, Sequence
 from agentrl_core.config import SamplingConfig
 from agentrl_core.envs.base import Env
 from agentrl_core.models.chat import ChatFormat
-from agentrl_core.rollout.episode import Episode, EpisodeSpec, LoopLimits, advance, finish_episode, open_episode
+from agentrl_core.rollout.episode import (
+    Episode, EpisodeSpec, LoopLimits, advance, cut_episode, finish_episode, open_episode,
+)
 from agentrl_core.rollout.sampling_seeds import make_generator
 from agentrl_core.rollout.trajectory import Trajectory
 
@@ -151,8 +153,7 @@ class _Loop:
         ep = self.episodes[i]
         self.played[i] += 1
         if ep.env is not None and self.played[i] >= self.limits.max_turns:
-            ep.traj.truncated = True  # still running after max_turns
-            finish_episode(ep)
+            cut_episode(ep, "max_turns")  # still running after max_turns
         if ep.env is None:
             self.engine.release(self.keys[i])
             self._ended(i)

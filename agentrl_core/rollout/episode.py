@@ -9,6 +9,7 @@ from typing import Callable
 from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.episode_metrics import EPISODE_METRICS, check_episode_metrics
 from agentrl_core.envs.invalid_action import INVALID_ACTION
+from agentrl_core.envs.reward_so_far import REWARD_SO_FAR, check_reward_so_far, credit
 from agentrl_core.errors import AgentRLError
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.generation import Generation
@@ -37,6 +38,8 @@ class Episode:
     env: Env | None
     obs_key: str = ""
     """observation_key of the environment's latest observation: the state the next action is taken in."""
+    reward_so_far: float | None = None
+    """The environment's latest info["reward_so_far"] (envs.reward_so_far), None where it reports none."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ def advance(chat: ChatFormat, ep: Episode, gen: Generation | Exception, limits: 
         return finish_episode(ep)
     try:
         _record(traj, result)
+        _note_reward_so_far(ep, result.info)
     except ValueError as err:  # an environment's malformed report is an error, not a silent zero
         traj.error = f"step failed: the environment's info is malformed: {err}"
         return finish_episode(ep)
@@ -120,15 +124,35 @@ def _record(traj: Trajectory, result: StepResult) -> None:
         traj.extra[EPISODE_METRICS] = check_episode_metrics(result.info[EPISODE_METRICS])
 
 
+def _note_reward_so_far(ep: Episode, info: dict) -> None:
+    if REWARD_SO_FAR in info:
+        ep.reward_so_far = check_reward_so_far(info[REWARD_SO_FAR], tuple(ep.env.reward_range))
+
+
 def _append_observation(chat: ChatFormat, ep: Episode, observation: str, limits: LoopLimits) -> None:
     ids = chat.user_turn_ids(observation)
     if len(ep.traj.token_ids) + len(ids) >= limits.max_context_tokens:
-        ep.traj.truncated = True
-        ep.traj.extra["truncated_by"] = "context"
-        return finish_episode(ep)
+        return cut_episode(ep, "context")
     ep.traj.append(ids, trainable=False)
     ep.traj.messages.append({"role": "user", "content": observation})
     ep.obs_key = observation_key(observation)
+
+
+TRUNCATED_BY = "truncated_by"
+"""Trajectory.extra key: why the agent loop cut the episode off ("context" or "max_turns")."""
+
+
+def cut_episode(ep: Episode, by: str) -> None:
+    """End an episode the loop cuts off before the environment ended it (`by`: "context" when the next
+    observation would not fit, "max_turns" when every turn was played): truncated, and its reward is what
+    the environment reported it had earned so far, where it reports that (envs.reward_so_far)."""
+    traj = ep.traj
+    traj.truncated = True
+    traj.extra[TRUNCATED_BY] = by
+    if ep.reward_so_far is not None and traj.turn_rewards:
+        credit(traj.turn_rewards, ep.reward_so_far)
+        traj.reward = ep.reward_so_far
+    finish_episode(ep)
 
 
 def finish_episode(ep: Episode) -> None:

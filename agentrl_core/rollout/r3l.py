@@ -40,7 +40,7 @@ from agentrl_core.rollout.episode import (
     LoopLimits,
     advance,
     close_quietly,
-    finish_episode,
+    cut_episode,
 )
 from agentrl_core.rollout.generation import Engine, Generation
 from agentrl_core.rollout.trajectory import Trajectory, observation_key
@@ -281,8 +281,7 @@ def _play(engine: Engine, chat: ChatFormat, retries: list[_Retry], sampling: Sam
         list(pool.map(lambda job: advance(chat, job[0].episode, job[1], limits, job[2]), zip(live, gens, turns)))
     for r in retries:
         if r.episode.env is not None:  # still running after max_turns
-            r.episode.traj.truncated = True
-            finish_episode(r.episode)
+            cut_episode(r.episode, "max_turns")
 
 
 def stored_retry(r: _Retry) -> Trajectory:

@@ -14,6 +14,7 @@ from agentrl_core.envs.bfcl.executor import Executor
 from agentrl_core.envs.bfcl.stages import STAGES, TEST_IDS, TRAIN_IDS, entry_of, stage_task_ids
 from agentrl_core.envs.episode_metrics import EPISODE_METRICS
 from agentrl_core.envs.registry import register
+from agentrl_core.envs.reward_so_far import REWARD_SO_FAR
 from agentrl_core.errors import ResetNeededError, TaskNotFoundError
 
 MAX_TURNS = 8  # the longest BFCL multi-turn entry (miss_func/miss_param) has 8 turns
@@ -51,6 +52,10 @@ class _Episode:
         return {"well_formed": float(self.calls > 0 and self.malformed == 0),
                 "progress": passed / len(self.entry.turns)}
 
+    def truncated_log(self) -> list[float]:
+        """The log as a truncation now would leave it: the turns not yet ended score 0."""
+        return self.log + [0.0] * (len(self.entry.turns) - self.turn)
+
 
 @register
 class Bfcl(Env):
@@ -60,7 +65,9 @@ class Bfcl(Env):
     trading, travel, ...). The model calls functions with `<tool_call>` and ends each turn with
     `<answer>`; at the end of a turn the official state and response checks score it 1/0. The
     reward comes once, at the end (0.0 on earlier steps): stages 1-2 reward format and working
-    tool calls (in [0, 2]), stage 3 the mean turn score (in [0, 1]); see `protocol`.
+    tool calls (in [0, 2]), stage 3 the mean turn score (in [0, 1]); see `protocol`. Every step's
+    `info["reward_so_far"]` is the reward a truncation after it would give, so an episode the agent loop
+    cuts off (its context full) keeps what it earned (`envs.reward_so_far`).
     `info["episode_metrics"]["well_formed"]` (on every step) is 1.0 while the episode has made a call and
     every reply kept the format and named only functions shown to the model, and `["progress"]` the share of
     the dialogue's turns passed so far (`_Episode.metrics`).
@@ -141,10 +148,16 @@ class Bfcl(Env):
 
     # -- step ----------------------------------------------------------------------------------
     def _step(self, action: str) -> StepResult:
-        """One reply; every step's info also carries the episode's well-formedness and progress so far (EPISODE_METRICS)."""
+        """One reply; every step's info also carries the episode's well-formedness and progress so far
+        (EPISODE_METRICS) and the reward a truncation now would give (REWARD_SO_FAR)."""
         result = self._reply(action)
         result.info[EPISODE_METRICS] = self.episode.metrics()
+        ended = result.terminated or result.truncated
+        result.info[REWARD_SO_FAR] = result.reward if ended else self._reward_if_truncated()
         return result
+
+    def _reward_if_truncated(self) -> float:
+        return protocol.episode_reward(self.stage, self.episode.truncated_log())
 
     def _reply(self, action: str) -> StepResult:
         ep = self.episode
@@ -196,7 +209,7 @@ class Bfcl(Env):
 
     def _truncate(self, obs: str) -> StepResult:
         ep = self.episode
-        ep.log.extend([0.0] * (len(ep.entry.turns) - ep.turn))  # unfinished turns score 0
+        ep.log = ep.truncated_log()  # unfinished turns score 0
         return self._finish(obs, {"turn": ep.turn}, truncated=True)
 
     def _finish(self, obs: str, info: dict[str, Any], *, truncated: bool) -> StepResult:
