@@ -56,7 +56,7 @@ def _lock_step(
 ) -> list[Trajectory]:
     """Every spec at once: each turn one generate() for the live episodes, then their env steps in parallel."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        episodes = list(pool.map(lambda s: open_episode(env_factory, chat, s, limits.max_context_tokens), specs))
+        episodes = list(pool.map(lambda s: open_episode(env_factory, chat, s), specs))
         for turn in range(limits.max_turns):
             live = [e for e in episodes if e.env is not None]
             if not live:

@@ -54,8 +54,8 @@ def run_continuous(
     if window < 1:
         raise ValueError(f"max_live must be >= 1, got {window}")
     with ThreadPoolExecutor(max_workers=max(workers, min(64, len(specs)))) as pool:
-        opener = lambda s: open_episode(env_factory, chat, s, limits.max_context_tokens)  # noqa: E731
-        first = list(pool.map(opener, specs[:window]))
+        first = list(pool.map(lambda s: open_episode(env_factory, chat, s), specs[:window]))
+        opener = lambda s: open_episode(env_factory, chat, s)  # noqa: E731
         loop = _Loop(engine, chat, first, specs, opener, sampling, limits, seed, pool, env_lag, on_turn)
         loop.run()
     return [e.traj for e in loop.episodes]

@@ -50,11 +50,9 @@ class LoopLimits:
     max_context_tokens: int
 
 
-def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: EpisodeSpec,
-                 max_context_tokens: int | None = None) -> Episode:
+def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: EpisodeSpec) -> Episode:
     """Create and reset an environment for `spec` and render the opening prompt; a failed reset is
-    recorded on the trajectory (`error`) and gives an already-ended episode, and so does an opening prompt
-    of `max_context_tokens` or more (cut off by its context before any reply: no row longer than the limit)."""
+    recorded on the trajectory (`error`) and gives an already-ended episode."""
     env = None
     traj = Trajectory(task_id=spec.task_id, env="", group=spec.group, sample=spec.sample)
     try:
@@ -72,10 +70,7 @@ def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: Episode
         traj.error = f"reset failed: {type(err).__name__}: {err}"
         close_quietly(env)
         return Episode(traj, None)
-    ep = Episode(traj, env, state)
-    if max_context_tokens is not None and traj.prompt_len >= max_context_tokens:
-        cut_episode(ep, "context")
-    return ep
+    return Episode(traj, env, state)
 
 
 WEIGHT_VERSIONS = "weight_versions"

@@ -136,16 +136,3 @@ def test_the_loop_keeps_the_latest_episode_metrics_even_when_the_context_cuts_it
     (bad,) = run_episodes(ScriptedEngine(chat, ["go"]), chat, lambda: ReportingEnv(bad=True), [EpisodeSpec(task_id=0)],
                           SamplingConfig(), LoopLimits(3, 4096))
     assert bad.error.startswith("step failed: the environment's info is malformed: episode metric 'well_formed'")
-
-
-def test_an_opening_prompt_over_the_context_limit_ends_the_episode_before_any_reply(chat: ChatFormat):
-    probe = run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"), [EpisodeSpec(task_id=3)],
-                         SamplingConfig(), LoopLimits(max_turns=1, max_context_tokens=4096))[0]
-    engine = ScriptedEngine(chat, ["look"])
-    specs = [EpisodeSpec(task_id=3, sample=s) for s in range(2)]
-    trajs = run_episodes(engine, chat, lambda: make("household"), specs, SamplingConfig(),
-                         LoopLimits(max_turns=3, max_context_tokens=probe.prompt_len))
-    assert engine.calls == 0  # nothing was generated past the limit
-    for t in trajs:
-        assert t.truncated and t.extra["truncated_by"] == "context" and t.error is None
-        assert t.num_turns == 0 and t.reward == 0.0 and not any(t.loss_mask) and len(t.token_ids) == probe.prompt_len

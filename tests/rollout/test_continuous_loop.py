@@ -199,12 +199,3 @@ def test_the_lock_step_loop_plays_in_waves_of_max_live(tiny):
     assert trajs[4].error and all(t.error is None for t in trajs[:4])
     with pytest.raises(ValueError, match="max_live must be >= 1"):
         run_episodes(HFEngine(model, tok), chat, CountedEnv, _specs(2), sampling, limits, max_live=0)
-
-
-def test_an_opening_prompt_over_the_context_limit_is_never_generated_on(tiny):
-    model, tok, chat = tiny
-    engine = NativeEngine(model, tok)
-    trajs = run_episodes(engine, chat, household, _specs(3), SamplingConfig(max_new_tokens=4), LoopLimits(4, 64))
-    assert all(t.truncated and t.extra["truncated_by"] == "context" and t.num_turns == 0 for t in trajs)
-    assert all(t.prompt_len >= 64 and not any(t.loss_mask) for t in trajs)
-    assert not engine.has_work() and engine.cache.used_slots == 0
