@@ -14,7 +14,7 @@ from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, LoopLimits, run_episodes
 from agentrl_core.rollout.native import NativeEngine
-from tests.rollout.test_chat_and_loop import ScriptedEngine
+from tests.rollout.test_chat_and_loop import ReportingEnv, ScriptedEngine
 
 
 @pytest.fixture(scope="module")
@@ -37,25 +37,16 @@ def test_credit_moves_the_difference_onto_the_last_step() -> None:
         credit([], 0.5)
 
 
-class ProgressEnv(Env):
+class ProgressEnv(ReportingEnv):
     """Scores at the end only (1.0 when reply 4 ends it), reporting replies/4 so far on every step; `report=False`
     reports nothing, `bad=True` reports a value outside reward_range."""
 
     name = "progress"
-    action_format = "text"
-    system_prompt = "x"
     max_steps = 100
 
     def __init__(self, report: bool = True, bad: bool = False):
-        super().__init__()
-        self.report, self.bad, self.replies = report, bad, 0
-
-    def task_ids(self, split):
-        return [0]
-
-    def _reset(self, *, task_id, seed, options):
-        self.replies = 0
-        return "start", {}
+        super().__init__(bad)
+        self.report = report
 
     def _step(self, action) -> StepResult:
         self.replies += 1
@@ -64,9 +55,6 @@ class ProgressEnv(Env):
         if self.report:
             info[REWARD_SO_FAR] = 3.0 if self.bad else self.replies / 4
         return StepResult("more", 1.0 if done else 0.0, done, False, info)
-
-    def expert_action(self):
-        return "x"
 
 
 def _play(chat: ChatFormat, limits: LoopLimits, **env_kwargs):
