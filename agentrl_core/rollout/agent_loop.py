@@ -37,16 +37,32 @@ def run_episodes(
     `max_live`, one after the other (default: one wave).
     """
     if getattr(engine, "continuous", False):
-        return run_continuous(engine, chat, env_factory, specs, sampling, limits, seed=seed, workers=workers,
-                              on_turn=on_turn, max_live=max_live)
+        trajs = run_continuous(engine, chat, env_factory, specs, sampling, limits, seed=seed, workers=workers,
+                               on_turn=on_turn, max_live=max_live)
+        warn_overlong_prompts(trajs, limits)
+        return trajs
     if max_live is not None and max_live < 1:
         raise ValueError(f"max_live must be >= 1, got {max_live}")
     size = max_live or max(1, len(specs))
-    trajs: list[Trajectory] = []
+    trajs = []
     for wave in range(0, len(specs), size):
         trajs += _lock_step(engine, chat, env_factory, specs[wave:wave + size], sampling, limits, seed, workers,
                             on_turn)
+    warn_overlong_prompts(trajs, limits)
     return trajs
+
+
+def warn_overlong_prompts(trajs: Sequence[Trajectory], limits: LoopLimits) -> int:
+    """Log a warning when opening prompts reach `limits.max_context_tokens` (they are still played: their rows
+    outgrow the limit the memory plan assumes); returns how many did."""
+    over = [t.prompt_len for t in trajs if t.prompt_len >= limits.max_context_tokens]
+    if over:
+        log.warning("%d of %d episodes opened with a prompt of %d tokens or more (the longest %d) against "
+                    "rollout.max_context_tokens=%d: they were played anyway and their rows outgrow that limit; "
+                    "raise rollout.max_context_tokens above the longest or shorten the prompt (BFCL: "
+                    "env.kwargs.docs: compact)", len(over), len(trajs), limits.max_context_tokens, max(over),
+                    limits.max_context_tokens)
+    return len(over)
 
 
 def _lock_step(

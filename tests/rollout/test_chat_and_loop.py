@@ -136,3 +136,19 @@ def test_the_loop_keeps_the_latest_episode_metrics_even_when_the_context_cuts_it
     (bad,) = run_episodes(ScriptedEngine(chat, ["go"]), chat, lambda: ReportingEnv(bad=True), [EpisodeSpec(task_id=0)],
                           SamplingConfig(), LoopLimits(3, 4096))
     assert bad.error.startswith("step failed: the environment's info is malformed: episode metric 'well_formed'")
+
+
+def test_an_opening_prompt_over_the_context_limit_is_played_with_a_warning(chat: ChatFormat, caplog):
+    probe = run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"), [EpisodeSpec(task_id=3)],
+                         SamplingConfig(), LoopLimits(max_turns=1, max_context_tokens=4096))[0]
+    limits = LoopLimits(max_turns=1, max_context_tokens=probe.prompt_len)
+    with caplog.at_level("WARNING", logger="agentrl_core.rollout.agent_loop"):
+        (traj,) = run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"),
+                               [EpisodeSpec(task_id=3)], SamplingConfig(), limits)
+    assert traj.num_turns == 1 and traj.prompt_len == probe.prompt_len  # played as before
+    assert f"1 of 1 episodes opened with a prompt of {probe.prompt_len} tokens or more" in caplog.text
+    assert "raise rollout.max_context_tokens" in caplog.text
+    caplog.clear()
+    run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"), [EpisodeSpec(task_id=3)],
+                 SamplingConfig(), LoopLimits(max_turns=1, max_context_tokens=probe.prompt_len + 1))
+    assert "opened with a prompt" not in caplog.text
