@@ -37,14 +37,14 @@ def run_episodes(
     `max_live`, one after the other (default: one wave).
     """
     if getattr(engine, "continuous", False):
-        trajs = run_continuous(engine, chat, env_factory, specs, sampling, limits, seed=seed, workers=workers,
-                               on_turn=on_turn, max_live=max_live)
-        warn_overlong_prompts(trajs, limits)
-        return trajs
+        played = run_continuous(engine, chat, env_factory, specs, sampling, limits, seed=seed, workers=workers,
+                                on_turn=on_turn, max_live=max_live)
+        warn_overlong_prompts(played, limits)
+        return played
     if max_live is not None and max_live < 1:
         raise ValueError(f"max_live must be >= 1, got {max_live}")
     size = max_live or max(1, len(specs))
-    trajs = []
+    trajs: list[Trajectory] = []
     for wave in range(0, len(specs), size):
         trajs += _lock_step(engine, chat, env_factory, specs[wave:wave + size], sampling, limits, seed, workers,
                             on_turn)
