@@ -315,7 +315,8 @@ class RolloutConfig(Section):
     tasks_per_step: int = Field(4, ge=1)
     """Tasks per training step; the batch is tasks_per_step x group_size trajectories."""
     max_context_tokens: int = Field(1024, ge=64)
-    """An episode whose context would exceed this is truncated."""
+    """An episode whose context would exceed this is truncated; an opening prompt this long or longer is refused
+    (PromptTooLongError). `python -m agentrl_core.rollout.prompt_fit --recipe R` measures a recipe's prompts."""
     engine: EngineConfig = EngineConfig()
     """Which engine generates the rollouts."""
 

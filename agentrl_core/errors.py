@@ -9,6 +9,12 @@ class ConfigError(AgentRLError, ValueError):
     """A recipe or override is invalid: the message names the key and the valid choices."""
 
 
+class PromptTooLongError(ConfigError):
+    """An episode's opening prompt reaches rollout.max_context_tokens: no room is left for a reply. The message
+    says how many, the longest and what to change; `python -m agentrl_core.rollout.prompt_fit --recipe R`
+    measures a recipe's prompts before a run."""
+
+
 class ModelNotFoundError(AgentRLError, FileNotFoundError):
     """A model name resolves to nothing: the message says how to get it."""
 

@@ -11,7 +11,9 @@ from agentrl_core.envs.base import Env
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.continuous import run_continuous
 from agentrl_core.rollout.generation import Engine, Generation
-from agentrl_core.rollout.episode import EpisodeSpec, LoopLimits, advance, Episode, cut_episode, open_episode
+from agentrl_core.rollout.episode import (
+    EpisodeSpec, LoopLimits, advance, Episode, cut_episode, open_episode, refuse_overlong_openings,
+)
 from agentrl_core.rollout.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -30,17 +32,16 @@ def run_episodes(
     (agentrl_core.rollout.continuous): episodes generate and step their environments on their own
     clocks. Any other engine runs in lock-step: each turn generates for all live episodes in one
     batch, then steps their environments in parallel. Either way a failure of one environment ends
-    that episode with `error` set; the batch goes on.
+    that episode with `error` set; the batch goes on. An opening prompt of `limits.max_context_tokens` or
+    more is a setting to fix, not an episode to score: PromptTooLongError (episode.overlong_openings).
 
     `max_live`: at most this many episodes (env sessions) open at once — the continuous loop opens the next
     as one ends (default there: the engine's max_batch); the lock-step loop plays the specs in waves of
     `max_live`, one after the other (default: one wave).
     """
     if getattr(engine, "continuous", False):
-        played = run_continuous(engine, chat, env_factory, specs, sampling, limits, seed=seed, workers=workers,
-                                on_turn=on_turn, max_live=max_live)
-        warn_overlong_prompts(played, limits)
-        return played
+        return run_continuous(engine, chat, env_factory, specs, sampling, limits, seed=seed, workers=workers,
+                              on_turn=on_turn, max_live=max_live)
     if max_live is not None and max_live < 1:
         raise ValueError(f"max_live must be >= 1, got {max_live}")
     size = max_live or max(1, len(specs))
@@ -48,21 +49,7 @@ def run_episodes(
     for wave in range(0, len(specs), size):
         trajs += _lock_step(engine, chat, env_factory, specs[wave:wave + size], sampling, limits, seed, workers,
                             on_turn)
-    warn_overlong_prompts(trajs, limits)
     return trajs
-
-
-def warn_overlong_prompts(trajs: Sequence[Trajectory], limits: LoopLimits) -> int:
-    """Log a warning when opening prompts reach `limits.max_context_tokens` (they are still played: their rows
-    outgrow the limit the memory plan assumes); returns how many did."""
-    over = [t.prompt_len for t in trajs if t.prompt_len >= limits.max_context_tokens]
-    if over:
-        log.warning("%d of %d episodes opened with a prompt of %d tokens or more (the longest %d) against "
-                    "rollout.max_context_tokens=%d: they were played anyway and their rows outgrow that limit; "
-                    "raise rollout.max_context_tokens above the longest or shorten the prompt (BFCL: "
-                    "env.kwargs.docs: compact)", len(over), len(trajs), limits.max_context_tokens, max(over),
-                    limits.max_context_tokens)
-    return len(over)
 
 
 def _lock_step(
@@ -72,7 +59,8 @@ def _lock_step(
 ) -> list[Trajectory]:
     """Every spec at once: each turn one generate() for the live episodes, then their env steps in parallel."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        episodes = list(pool.map(lambda s: open_episode(env_factory, chat, s), specs))
+        episodes = list(pool.map(lambda s: open_episode(env_factory, chat, s, limits), specs))
+        refuse_overlong_openings(episodes, limits)
         for turn in range(limits.max_turns):
             live = [e for e in episodes if e.env is not None]
             if not live:

@@ -31,7 +31,8 @@ from agentrl_core.config import SamplingConfig
 from agentrl_core.envs.base import Env
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.episode import (
-    Episode, EpisodeSpec, LoopLimits, advance, cut_episode, finish_episode, open_episode,
+    Episode, EpisodeSpec, LoopLimits, advance, cut_episode, finish_episode, open_episode, overlong_openings,
+    refuse_overlong_openings,
 )
 from agentrl_core.rollout.sampling_seeds import make_generator
 from agentrl_core.rollout.trajectory import Trajectory
@@ -54,11 +55,16 @@ def run_continuous(
     if window < 1:
         raise ValueError(f"max_live must be >= 1, got {window}")
     with ThreadPoolExecutor(max_workers=max(workers, min(64, len(specs)))) as pool:
-        first = list(pool.map(lambda s: open_episode(env_factory, chat, s), specs[:window]))
-        opener = lambda s: open_episode(env_factory, chat, s)  # noqa: E731
+        opener = lambda s: open_episode(env_factory, chat, s, limits)  # noqa: E731
+        first = list(pool.map(opener, specs[:window]))
+        refuse_overlong_openings(first, limits)
         loop = _Loop(engine, chat, first, specs, opener, sampling, limits, seed, pool, env_lag, on_turn)
         loop.run()
-    return [e.traj for e in loop.episodes]
+    trajs = [e.traj for e in loop.episodes]
+    err = overlong_openings(trajs, limits)  # one opened later, in another's place: ended at once, unplayed
+    if err is not None:
+        raise err
+    return trajs
 
 
 class _Loop:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from agentrl_core.envs.base import Env, StepResult
 from agentrl_core.envs.episode_metrics import EPISODE_METRICS, check_episode_metrics
 from agentrl_core.envs.invalid_action import INVALID_ACTION
 from agentrl_core.envs.reward_so_far import REWARD_SO_FAR, check_reward_so_far, credit
-from agentrl_core.errors import AgentRLError
+from agentrl_core.errors import AgentRLError, PromptTooLongError
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout.generation import Generation
 from agentrl_core.rollout.trajectory import Trajectory, observation_key
@@ -50,9 +50,11 @@ class LoopLimits:
     max_context_tokens: int
 
 
-def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: EpisodeSpec) -> Episode:
+def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: EpisodeSpec,
+                 limits: LoopLimits | None = None) -> Episode:
     """Create and reset an environment for `spec` and render the opening prompt; a failed reset is
-    recorded on the trajectory (`error`) and gives an already-ended episode."""
+    recorded on the trajectory (`error`) and gives an already-ended episode, and so does an opening prompt of
+    `limits.max_context_tokens` or more (`prompt_len` says how long; the loops refuse it: overlong_openings)."""
     env = None
     traj = Trajectory(task_id=spec.task_id, env="", group=spec.group, sample=spec.sample)
     try:
@@ -63,14 +65,50 @@ def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: Episode
         state = observation_key(obs)
         if spec.context:  # recorded so the block can be found (and stripped) later
             obs, traj.extra["context"] = f"{obs}\n\n{spec.context}", spec.context
-        traj.messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}]
+        traj.messages = opening_messages(env, obs)
         traj.append(chat.prompt_ids(traj.messages), trainable=False)
         traj.prompt_len = len(traj.token_ids)
     except (AgentRLError, OSError) as err:
         traj.error = f"reset failed: {type(err).__name__}: {err}"
         close_quietly(env)
         return Episode(traj, None)
+    if limits is not None and traj.prompt_len >= limits.max_context_tokens:  # no room for a reply
+        traj.error = (f"opening prompt too long: {traj.prompt_len} tokens against rollout.max_context_tokens="
+                      f"{limits.max_context_tokens}")
+        close_quietly(env)
+        return Episode(traj, None)
     return Episode(traj, env, state)
+
+
+def opening_messages(env: Env, observation: str) -> list[dict[str, str]]:
+    """The messages an episode opens with: the environment's system prompt and its first observation."""
+    return [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": observation}]
+
+
+def overlong_openings(trajs: Sequence[Trajectory], limits: LoopLimits) -> PromptTooLongError | None:
+    """The error for the episodes whose opening prompt reached `limits.max_context_tokens`, None when none did.
+
+    Such an episode has no room for a reply: played anyway, its row would outgrow the limit the memory plan
+    sizes training for; ended at once, it would score as a failure the model never had a chance at."""
+    over = [t.prompt_len for t in trajs if t.prompt_len >= limits.max_context_tokens]
+    if not over:
+        return None
+    return PromptTooLongError(
+        f"{len(over)} of {len(trajs)} episodes opened with a prompt of rollout.max_context_tokens="
+        f"{limits.max_context_tokens} tokens or more (the longest {max(over)}), leaving no room for a reply: raise "
+        f"rollout.max_context_tokens above the longest prompt plus the replies and observations of the turns to "
+        f"play, or shorten the prompt (BFCL: env.kwargs.docs=compact); `python -m agentrl_core.rollout.prompt_fit "
+        f"--recipe <recipe>` measures every task's opening prompt before a run")
+
+
+def refuse_overlong_openings(episodes: Sequence[Episode], limits: LoopLimits) -> None:
+    """Raise PromptTooLongError (overlong_openings) when an opening prompt reached the context limit,
+    closing every session still open first; the batch is not played on."""
+    err = overlong_openings([e.traj for e in episodes], limits)
+    if err is not None:
+        for e in episodes:
+            finish_episode(e)
+        raise err
 
 
 WEIGHT_VERSIONS = "weight_versions"

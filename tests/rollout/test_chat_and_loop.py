@@ -9,7 +9,7 @@ import pytest
 from agentrl_core.config import SamplingConfig
 from agentrl_core.envs import make
 from agentrl_core.envs.base import Env, StepResult
-from agentrl_core.errors import EnvError
+from agentrl_core.errors import EnvError, PromptTooLongError
 from agentrl_core.models import load_tokenizer
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, Generation, LoopLimits, read_trajectories, run_episodes, write_trajectories
@@ -138,17 +138,46 @@ def test_the_loop_keeps_the_latest_episode_metrics_even_when_the_context_cuts_it
     assert bad.error.startswith("step failed: the environment's info is malformed: episode metric 'well_formed'")
 
 
-def test_an_opening_prompt_over_the_context_limit_is_played_with_a_warning(chat: ChatFormat, caplog):
-    probe = run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"), [EpisodeSpec(task_id=3)],
-                         SamplingConfig(), LoopLimits(max_turns=1, max_context_tokens=4096))[0]
-    limits = LoopLimits(max_turns=1, max_context_tokens=probe.prompt_len)
-    with caplog.at_level("WARNING", logger="agentrl_core.rollout.agent_loop"):
-        (traj,) = run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"),
-                               [EpisodeSpec(task_id=3)], SamplingConfig(), limits)
-    assert traj.num_turns == 1 and traj.prompt_len == probe.prompt_len  # played as before
-    assert f"1 of 1 episodes opened with a prompt of {probe.prompt_len} tokens or more" in caplog.text
-    assert "raise rollout.max_context_tokens" in caplog.text
-    caplog.clear()
-    run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"), [EpisodeSpec(task_id=3)],
-                 SamplingConfig(), LoopLimits(max_turns=1, max_context_tokens=probe.prompt_len + 1))
-    assert "opened with a prompt" not in caplog.text
+class CountingEnvs:
+    """An env factory that counts the household sessions it made and how many were closed."""
+
+    def __init__(self):
+        self.made, self.closed = 0, 0
+
+    def __call__(self) -> Env:
+        env, counter = make("household"), self
+        close = env.close
+
+        def counted_close():
+            counter.closed += 1
+            close()
+        env.close, self.made = counted_close, self.made + 1
+        return env
+
+
+def test_an_opening_prompt_at_the_context_limit_is_refused_before_any_reply(chat: ChatFormat):
+    specs = [EpisodeSpec(task_id=t) for t in (3, 10, 11)]
+    probe = run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"), specs, SamplingConfig(),
+                         LoopLimits(max_turns=1, max_context_tokens=4096))
+    longest = max(t.prompt_len for t in probe)
+    engine, envs = ScriptedEngine(chat, ["look"]), CountingEnvs()
+    with pytest.raises(PromptTooLongError) as err:
+        run_episodes(engine, chat, envs, specs, SamplingConfig(), LoopLimits(max_turns=1, max_context_tokens=longest))
+    over = sum(t.prompt_len >= longest for t in probe)
+    assert f"{over} of 3 episodes opened with a prompt of rollout.max_context_tokens={longest} tokens" in str(err.value)
+    assert f"(the longest {longest})" in str(err.value) and "raise rollout.max_context_tokens" in str(err.value)
+    assert engine.calls == 0 and envs.closed == envs.made == 3  # nothing generated, no session left open
+    played = run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"), specs, SamplingConfig(),
+                          LoopLimits(max_turns=1, max_context_tokens=longest + 1))
+    assert [t.num_turns for t in played] == [1, 1, 1] and all(t.error is None for t in played)
+
+
+def test_a_later_wave_with_an_overlong_opening_is_refused(chat: ChatFormat):
+    probe = run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"),
+                         [EpisodeSpec(task_id=t) for t in range(12)], SamplingConfig(), LoopLimits(1, 4096))
+    short, long_ = min(probe, key=lambda t: t.prompt_len), max(probe, key=lambda t: t.prompt_len)
+    assert short.prompt_len < long_.prompt_len
+    specs = [EpisodeSpec(task_id=short.task_id), EpisodeSpec(task_id=long_.task_id)]
+    with pytest.raises(PromptTooLongError, match=r"1 of 1 episodes"):
+        run_episodes(ScriptedEngine(chat, ["look"]), chat, lambda: make("household"), specs, SamplingConfig(),
+                     LoopLimits(1, long_.prompt_len), max_live=1)

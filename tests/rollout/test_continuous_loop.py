@@ -9,7 +9,7 @@ import pytest
 from agentrl_core.config import SamplingConfig
 from agentrl_core.envs import make
 from agentrl_core.envs.base import Env, StepResult
-from agentrl_core.errors import EnvError
+from agentrl_core.errors import EnvError, PromptTooLongError
 from agentrl_core.models import load_model, load_tokenizer
 from agentrl_core.models.chat import ChatFormat
 from agentrl_core.rollout import EpisodeSpec, HFEngine, LoopLimits, run_episodes
@@ -117,6 +117,26 @@ def test_a_failing_or_overlong_episode_leaves_the_others_alone(tiny, env_cls):
     assert all(t.error is None and (t.terminated or t.truncated) for t in others)
     assert all(t.num_turns == 4 or t.terminated for t in others)
     assert not engine.has_work() and engine.cache.used_slots == 0  # every finished episode gave its cache back
+
+
+def test_an_overlong_opening_is_refused_even_when_it_opens_later(tiny):
+    """max_live=1: the first episode plays, the overlong one opens in its place and ends unplayed; then the
+    run is refused (PromptTooLongError), every cache given back."""
+    model, tok, chat = tiny
+    envs = [household() for _ in range(6)]
+    lengths = {t: len(chat.prompt_ids([{"role": "system", "content": e.system_prompt},
+                                       {"role": "user", "content": e.reset(task_id=t)[0]}])) for t, e in enumerate(envs)}
+    short, long_ = min(lengths, key=lengths.__getitem__), max(lengths, key=lengths.__getitem__)
+    assert lengths[short] < lengths[long_]
+    engine = NativeEngine(model, tok)
+    specs = [EpisodeSpec(task_id=short), EpisodeSpec(task_id=long_)]
+    with pytest.raises(PromptTooLongError, match=rf"1 of 2 episodes .*\(the longest {lengths[long_]}\)"):
+        run_episodes(engine, chat, household, specs, SamplingConfig(temperature=1.0, max_new_tokens=4),
+                     LoopLimits(2, lengths[long_]), seed=1, max_live=1)
+    assert not engine.has_work() and engine.cache.used_slots == 0
+    with pytest.raises(PromptTooLongError, match=r"1 of 1 episodes"):  # in the first window: refused at once
+        run_episodes(engine, chat, household, specs[::-1], SamplingConfig(temperature=1.0, max_new_tokens=4),
+                     LoopLimits(2, lengths[long_]), seed=1, max_live=1)
 
 
 def test_progress_is_reported_per_turn(tiny):

@@ -3,6 +3,7 @@ algorithm grid differs only in the algorithm section."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -28,12 +29,32 @@ def tiny(model: Path, root: Path) -> list[str]:
             "trainer.memory_gb=null"]  # a recipe's budget is for its real model, not this test process's
 
 
+@pytest.fixture(scope="module")
+def recipe_env_url(env_server_url: str):
+    """The env server a recipe runs against, as `agentrl run` starts it: the shared one for a recipe without
+    env.kwargs, else one started with them (one per env and kwargs, kept for the module)."""
+    from agentrl_core.env_service import launch_server
+
+    with contextlib.ExitStack() as stack:
+        started: dict[str, str] = {}
+
+        def url(env: str, kwargs: dict) -> str:
+            if not kwargs:
+                return env_server_url
+            key = json.dumps([env, kwargs], sort_keys=True)
+            if key not in started:
+                started[key] = stack.enter_context(launch_server([env], env_kwargs={env: kwargs})).url
+            return started[key]
+        yield url
+
+
 @pytest.mark.parametrize("name", RECIPES)
-def test_recipe_trains_two_steps(name: str, tiny_model_path: Path, env_server_url: str, tmp_path: Path) -> None:
+def test_recipe_trains_two_steps(name: str, tiny_model_path: Path, recipe_env_url, tmp_path: Path) -> None:
     cfg = load_recipe(name, tiny(tiny_model_path, tmp_path))
     if cfg.env.name not in INSTALLED:
         pytest.skip(f"{cfg.env.name}'s extra is not installed")
-    result = train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
+    result = train_grpo(cfg, init_model=tiny_model_path, env_url=recipe_env_url(cfg.env.name, cfg.env.kwargs),
+                        stage_dir=tmp_path / "grpo")
     assert result.steps == 2 and Path(result.checkpoint).name.endswith("2")
     recorded = json.loads((tmp_path / "grpo" / "algorithm.json").read_text())  # what the numbers came from
     assert recorded == json.loads(cfg.algorithm.model_dump_json())
