@@ -132,3 +132,16 @@ def test_the_deepspeed_trainer_on_ray(tiny_model_path, env_server_url, tmp_path)
     assert all(m["grad_norm"] > 0 for m in lines)
     ckpt = step_dir(tmp_path / "grpo" / "checkpoints", 2)
     assert (ckpt / "deepspeed").is_dir() and (ckpt / "model" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_an_opening_prompt_over_the_context_stops_the_run_before_any_step(tiny_model_path, env_server_url, tmp_path,
+                                                                          backend):
+    from agentrl_core.errors import PromptTooLongError
+
+    cfg = ray_recipe("countdown_grpo", tiny_model_path, tmp_path, "rollout.max_context_tokens=64",
+                     f"distributed.backend={backend}")  # countdown's opening prompts are ~85 tokens
+    with pytest.raises(PromptTooLongError, match=r"4 of 4 episodes opened with a prompt of "
+                                                 r"rollout.max_context_tokens=64 tokens or more"):
+        train_grpo(cfg, init_model=tiny_model_path, env_url=env_server_url, stage_dir=tmp_path / "grpo")
+    assert not (tmp_path / "grpo" / "checkpoints").exists() or not any((tmp_path / "grpo" / "checkpoints").iterdir())
