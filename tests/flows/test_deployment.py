@@ -124,7 +124,7 @@ def test_bfcl_curriculum_runs_three_stages(stack, tiny_model_path, tmp_path):
     overrides = [f"model.name={tiny_model_path}", f"run.root={root}", "run.name=cur", "trainer.steps=1",
                  "trainer.save_every=1", "rollout.tasks_per_step=1", "rollout.group_size=2",
                  "rollout.sampling.max_new_tokens=8", "env.max_turns=2", "env.test_tasks=1",
-                 "eval.sampling.max_new_tokens=8", "rollout.max_context_tokens=4096"]
+                 "eval.sampling.max_new_tokens=8"]  # the recipe's context: every stage's opening prompts fit it
     _run(stack, "curriculum/bfcl-curriculum", {"overrides": overrides})
     for stage in ("stage1", "stage2", "stage3"):
         assert (root / "cur" / "export" / stage / "COMPLETE").exists()
