@@ -50,8 +50,7 @@ class LoopLimits:
     max_context_tokens: int
 
 
-def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: EpisodeSpec,
-                 limits: LoopLimits | None = None) -> Episode:
+def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: EpisodeSpec, limits: LoopLimits) -> Episode:
     """Create and reset an environment for `spec` and render the opening prompt; a failed reset is
     recorded on the trajectory (`error`) and gives an already-ended episode, and so does an opening prompt of
     `limits.max_context_tokens` or more (`prompt_len` says how long; the loops refuse it: overlong_openings)."""
@@ -72,7 +71,7 @@ def open_episode(env_factory: Callable[[], Env], chat: ChatFormat, spec: Episode
         traj.error = f"reset failed: {type(err).__name__}: {err}"
         close_quietly(env)
         return Episode(traj, None)
-    if limits is not None and traj.prompt_len >= limits.max_context_tokens:  # no room for a reply
+    if traj.prompt_len >= limits.max_context_tokens:  # no room for a reply
         traj.error = (f"opening prompt too long: {traj.prompt_len} tokens against rollout.max_context_tokens="
                       f"{limits.max_context_tokens}")
         close_quietly(env)

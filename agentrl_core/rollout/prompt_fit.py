@@ -9,8 +9,9 @@ finds such prompts before a run starts, with the rollout's rule:
     fits  <=>  max_t len(prompt_t) < max_context_tokens,  t over the split's tasks
 
 and the room the longest leaves for the episode's replies and observations (max_context_tokens - max_t
-len(prompt_t); a multi-turn task wants several turns of it). The prompts are rendered with the recipe's model's chat template
-from local environments built with the recipe's env.kwargs (no env server):
+len(prompt_t); a multi-turn task wants several turns of it). The prompts are rendered with the
+recipe's model's chat template from local environments built with the recipe's env.kwargs (no env
+server):
 
     .venv/bin/python -m agentrl_core.rollout.prompt_fit --recipe bfcl_grpo [overrides ...]
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from agentrl_core.envs.base import Env
 from agentrl_core.models.chat import ChatFormat
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tasks", type=int, default=None, help="measure the first N ids of each split (default: all)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
-    rows: list[Any] = recipe_fit(args.recipe, args.overrides, limit_tasks=args.tasks)
+    rows = recipe_fit(args.recipe, args.overrides, limit_tasks=args.tasks)
     for row in rows:
         print(row.line())
     return 0 if all(r.fits for r in rows) else 1
