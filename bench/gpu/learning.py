@@ -114,15 +114,17 @@ class LearningRun:
         from agentrl_core.env_service import EnvClient, RemoteEnv
         from agentrl_core.models import load_model, load_tokenizer
         from agentrl_core.models.chat import ChatFormat
-        from agentrl_core.rollout.episode import EpisodeSpec, close_quietly, open_episode
+        from agentrl_core.rollout.episode import EpisodeSpec, LoopLimits, close_quietly, open_episode
 
         from bench.gpu.engine_checks import greedy_identity
 
+        cfg = self.cfg("probe")
+        limits = LoopLimits(max_turns=cfg.env.max_turns, max_context_tokens=cfg.rollout.max_context_tokens)
         tok = load_tokenizer(base)
         chat, prompts = ChatFormat(tok), []
         with EnvClient(server.url) as client:
             for task in test_ids[:n_prompts]:
-                ep = open_episode(lambda: RemoteEnv(client, "household"), chat, EpisodeSpec(task_id=task))
+                ep = open_episode(lambda: RemoteEnv(client, "household"), chat, EpisodeSpec(task_id=task), limits)
                 close_quietly(ep.env)
                 prompts.append(list(ep.traj.token_ids))
         model = load_model(base, dtype="float32", device=self.device.type)
